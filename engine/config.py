@@ -1,0 +1,74 @@
+"""Flat configuration dataclasses: the model's geometry and the ring's policy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Geometry of a llama-architecture model, read from GGUF metadata."""
+
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    ffn_dim: int
+    vocab_size: int
+    context_length: int
+    rope_theta: float
+    rms_eps: float
+    tied_embeddings: bool
+
+    @property
+    def q_dim(self) -> int:
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per K/V head (grouped-query attention)."""
+        return self.n_heads // self.n_kv_heads
+
+    @property
+    def qkv_dim(self) -> int:
+        return self.q_dim + 2 * self.kv_dim
+
+
+@dataclass(frozen=True)
+class RingPolicy:
+    """How a conversation's K/V ring is sized and how it forgets.
+
+    Slots are kept compacted in ingest order: anchors first, then the rest oldest to newest.
+    Eviction removes whole batches so that it is rare, and rebase re-indexes positions before
+    they leave the model's trained range.
+    """
+
+    max_slots: int = 4096
+    recent_window: int = 256  # newest slots, never evicted
+    evict_batch: int = 256  # slots freed per eviction, so eviction runs rarely
+    salience_decay: float = 0.995  # per ingested token; keeps age from buying salience
+    prefill_chunk: int = 256  # rows per batched prefill pass; sizes the prefill scratch
+
+    def scaled_to(self, max_slots: int) -> RingPolicy:
+        """The default policy shrunk proportionally for a small ring (tests, perplexity)."""
+        return RingPolicy(
+            max_slots=max_slots,
+            recent_window=min(self.recent_window, max(1, max_slots // 8)),
+            evict_batch=min(self.evict_batch, max(1, max_slots // 16)),
+            salience_decay=self.salience_decay,
+            prefill_chunk=min(self.prefill_chunk, max(1, max_slots // 4)),
+        )
+
+    def as_dict(self) -> dict:
+        return {
+            "max_slots": self.max_slots,
+            "recent_window": self.recent_window,
+            "evict_batch": self.evict_batch,
+            "salience_decay": self.salience_decay,
+            "prefill_chunk": self.prefill_chunk,
+        }

@@ -1,0 +1,49 @@
+"""Named errors. Each carries a one-line message meant to be shown to a person as-is."""
+
+
+class ChannelError(Exception):
+    """Base for every error the engine reports to a user without a traceback."""
+
+
+class ModelError(ChannelError):
+    """The model file cannot be used."""
+
+
+class ModelNotFoundError(ModelError):
+    pass
+
+
+class NotGGUFError(ModelError):
+    pass
+
+
+class UnsupportedArchitectureError(ModelError):
+    pass
+
+
+class UnsupportedTensorTypeError(ModelError):
+    pass
+
+
+class MissingTensorError(ModelError):
+    pass
+
+
+class WeightImageError(ChannelError):
+    """The cached weight image is missing, stale or damaged (it is rebuilt)."""
+
+
+class LayoutError(ChannelError):
+    """An arena layout was built or used incorrectly."""
+
+
+class LayoutSealedError(LayoutError):
+    pass
+
+
+class StaleViewError(ChannelError):
+    """A view of a state arena was used after the arena was reset or restored."""
+
+
+class StreamError(ChannelError):
+    """The session's stream log cannot be read or written."""

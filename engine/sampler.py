@@ -1,0 +1,94 @@
+"""Next-token sampling: greedy, temperature, top-k and top-p, from a seeded PCG64.
+
+The generator's state is part of the conversation's state: it is mirrored into the arena's
+`sampler_state` after every draw, so a snapshot taken between tokens resumes the same stream
+of random numbers. Every step writes into arena scratch; only the RNG's own state dict is a
+Python object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .arena import ArenaViews
+
+MASK64 = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    temperature: float = 0.0  # 0 means greedy
+    top_k: int = 0  # 0 disables
+    top_p: float = 1.0  # 1 disables
+    seed: int | None = None  # reseed the generator for this turn
+
+    def __post_init__(self) -> None:
+        if not (self.temperature >= 0.0 and np.isfinite(self.temperature)):
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+class Sampler:
+    def __init__(self, seed: int = 0):
+        self._bitgen = np.random.PCG64(seed)
+
+    def seed(self, views: ArenaViews, seed: int) -> None:
+        self._bitgen = np.random.PCG64(seed)
+        self.save_state(views)
+
+    def save_state(self, views: ArenaViews) -> None:
+        st = self._bitgen.state
+        s, inc = st["state"]["state"], st["state"]["inc"]
+        words = views.sampler_state
+        words[0], words[1] = s >> 64, s & MASK64
+        words[2], words[3] = inc >> 64, inc & MASK64
+        words[4], words[5] = st["has_uint32"], st["uinteger"]
+
+    def load_state(self, views: ArenaViews) -> None:
+        w = [int(x) for x in views.sampler_state]
+        if w[2] == 0 and w[3] == 0:  # a fresh arena: no generator saved yet
+            self.save_state(views)
+            return
+        self._bitgen.state = {
+            "bit_generator": "PCG64",
+            "state": {"state": (w[0] << 64) | w[1], "inc": (w[2] << 64) | w[3]},
+            "has_uint32": w[4],
+            "uinteger": w[5],
+        }
+
+    def sample(self, views: ArenaViews, settings: SamplingSettings) -> int:
+        logits = views.logits
+        if settings.temperature == 0.0:
+            return int(np.argmax(logits))
+        probs = views.probs
+        np.multiply(logits, 1.0 / settings.temperature, out=probs)
+        vocab = probs.shape[0]
+        if 0 < settings.top_k < vocab:
+            ranked = views.sorted_probs
+            np.copyto(ranked, probs)
+            ranked.partition(vocab - settings.top_k)
+            kth = float(ranked[vocab - settings.top_k])
+            np.putmask(probs, probs < kth, -np.inf)
+        probs -= probs.max()
+        np.exp(probs, out=probs)
+        probs /= float(probs.sum())
+        if settings.top_p < 1.0:
+            ranked, cum = views.sorted_probs, views.cum_probs
+            np.negative(probs, out=ranked)  # sort descending by sorting the negation
+            ranked.sort()
+            np.negative(ranked, out=ranked)
+            np.cumsum(ranked, out=cum)
+            cutoff_index = int(np.searchsorted(cum, settings.top_p))
+            cutoff = float(ranked[min(cutoff_index, vocab - 1)])
+            np.putmask(probs, probs < cutoff, 0.0)
+            probs /= float(probs.sum())
+        cum = views.cum_probs
+        np.cumsum(probs, out=cum)
+        draw = float(self._bitgen.random_raw()) / 2.0**64 * float(cum[-1])
+        self.save_state(views)
+        return int(min(np.searchsorted(cum, draw, side="right"), vocab - 1))

@@ -1,0 +1,195 @@
+"""The llama.cpp side of Channel's benchmarks, on the same GGUF and the same machine.
+
+Run it with a Python that has llama-cpp-python (an optional extra; it builds from source):
+    /work/llamacpp-venv/bin/python scripts/bench_llama_cpp.py --json [--channel-json FILE]
+It prints one JSON object whose metric keys match `channel bench --json`; given that output,
+it adds `ratios` (channel / llama.cpp per shared key). Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import llama_cpp  # only in the llama.cpp venv, never the project's
+from llamacpp_token_ids import default_model_path  # sibling script; scripts/ is sys.path[0]
+
+N_CTX = 8192
+REPS = 3
+PREFILL_TOKENS = 2048
+COLD_TOKENS = 4000
+DECODE_TOKENS = 64
+RINGS = (0, 2048, 4000)
+METRICS = (
+    "prefill_tok_s",
+    *(f"decode_tok_s_ring{n}" for n in RINGS),
+    "cold_prefill_4000_s",
+    "state_save_ms",
+    "state_load_ms",
+    "state_bytes",
+)
+
+# Ordinary prose, repeated: the numbers depend on token count, not on what the tokens say.
+FILLER = (
+    "The ring keeps the conversation's keys and values in fixed slots. When it fills up, the "
+    "least salient slots outside the recent window are evicted, and the system prompt stays "
+    "pinned. Snapshots let a restarted app resume without re-reading the whole history.\n"
+)
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def synthetic_tokens(llm, count: int) -> list[int]:
+    """`count` real token ids made by tokenizing repeated prose with llama.cpp itself."""
+    one = llm.tokenize(FILLER.encode("utf-8"), add_bos=False, special=False)
+    repeats = count // len(one) + 2
+    ids = llm.tokenize((FILLER * repeats).encode("utf-8"), add_bos=False, special=False)
+    return list(ids[:count])
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def greedy_next(llm) -> int:
+    # Llama.eval keeps the last position's logits in `scores`; argmax is greedy decoding.
+    return int(llm.scores[llm.n_tokens - 1].argmax())
+
+
+def decode_greedy(llm, count: int) -> float:
+    """Seconds for `count` single-token decode steps from the current KV cache."""
+    token = greedy_next(llm)
+    start = time.perf_counter()
+    for _ in range(count):
+        llm.eval([token])
+        token = greedy_next(llm)
+    return time.perf_counter() - start
+
+
+def save_state(llm, path: str) -> None:
+    tokens = llm.input_ids[: llm.n_tokens].tolist()
+    array = (llama_cpp.llama_token * len(tokens))(*tokens)
+    if not llama_cpp.llama_state_save_file(llm.ctx, path.encode(), array, len(tokens)):
+        raise RuntimeError("llama_state_save_file failed")
+
+
+def load_state(llm, path: str) -> None:
+    capacity = N_CTX
+    array = (llama_cpp.llama_token * capacity)()
+    count = ctypes.c_size_t(0)
+    ok = llama_cpp.llama_state_load_file(
+        llm.ctx, path.encode(), array, capacity, ctypes.byref(count)
+    )
+    if not ok:
+        raise RuntimeError("llama_state_load_file failed")
+    # The Python wrapper tracks its own token list; keep it in step with the restored cache.
+    llm.n_tokens = count.value
+    llm.input_ids[: count.value] = array[: count.value]
+
+
+def run_ring(llm, tokens: list[int], ring: int, state_path: str, out: dict) -> None:
+    """One repetition: prefill `ring` tokens (timed), maybe save/load state, decode 64."""
+    llm.reset()
+    if ring == 0:
+        llm.eval(tokens[:1])  # decoding needs one token's logits to start from
+    else:
+        out.setdefault(f"prefill_{ring}", []).append(timed(lambda: llm.eval(tokens[:ring])))
+    if ring == COLD_TOKENS:
+        out.setdefault("save", []).append(timed(lambda: save_state(llm, state_path)))
+        out["state_bytes"] = os.path.getsize(state_path)
+        out.setdefault("load", []).append(timed(lambda: load_state(llm, state_path)))
+        os.remove(state_path)
+    out.setdefault(f"decode_{ring}", []).append(decode_greedy(llm, DECODE_TOKENS))
+
+
+def bench(model: str, n_threads: int, state_dir: str) -> dict:
+    llm = llama_cpp.Llama(
+        model_path=model,
+        n_ctx=N_CTX,
+        n_threads=n_threads,
+        n_threads_batch=n_threads,
+        verbose=False,
+    )
+    tokens = synthetic_tokens(llm, max(RINGS + (PREFILL_TOKENS, COLD_TOKENS)))
+    state_path = os.path.join(state_dir, "llama_state.bin")
+    raw: dict = {}
+    for ring in RINGS:
+        for rep in range(REPS):
+            log(f"ring {ring}: repetition {rep + 1}/{REPS}")
+            run_ring(llm, tokens, ring, state_path, raw)
+    med = statistics.median
+    result = {
+        # The ring-2048 and ring-4000 runs start with exactly these prefills; reuse them.
+        "prefill_tok_s": PREFILL_TOKENS / med(raw[f"prefill_{PREFILL_TOKENS}"]),
+        **{f"decode_tok_s_ring{n}": DECODE_TOKENS / med(raw[f"decode_{n}"]) for n in RINGS},
+        "cold_prefill_4000_s": med(raw[f"prefill_{COLD_TOKENS}"]),
+        "state_save_ms": 1000 * med(raw["save"]),
+        "state_load_ms": 1000 * med(raw["load"]),
+        "state_bytes": raw["state_bytes"],
+    }
+    result = {k: round(v, 3) if isinstance(v, float) else v for k, v in result.items()}
+    result.update(
+        llama_cpp_python=llama_cpp.__version__,
+        n_threads=n_threads,
+        n_ctx=N_CTX,
+        n_batch=llm.n_batch,
+        model=os.path.basename(model),
+        machine=machine_info(),
+    )
+    return result
+
+
+def machine_info() -> dict:
+    processor = platform.processor()
+    if not processor and os.path.exists("/proc/cpuinfo"):
+        # platform.processor() is empty on most Linux builds; cpuinfo has the model name.
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                processor = line.split(":", 1)[1].strip()
+                break
+    return {
+        "processor": processor,
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+def ratios(channel: dict, llama: dict) -> dict:
+    """channel / llama.cpp for every metric both report (higher is better only for tok/s)."""
+    shared = [k for k in METRICS if isinstance(channel.get(k), (int, float)) and llama.get(k)]
+    return {k: round(channel[k] / llama[k], 3) for k in shared}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print compact JSON only")
+    parser.add_argument("--channel-json", type=Path, help="`channel bench --json` output")
+    parser.add_argument("--model", default=None, help="GGUF path (default: the shipped one)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--state-dir", default=None, help="where the state file is written")
+    args = parser.parse_args()
+
+    channel = json.loads(args.channel_json.read_text()) if args.channel_json else None
+    with tempfile.TemporaryDirectory(dir=args.state_dir) as state_dir:
+        result = bench(args.model or default_model_path(), args.threads, state_dir)
+    if channel is not None:
+        result["ratios"] = ratios(channel, result)
+    print(json.dumps(result) if args.json else json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""Shared fixtures: the real shipped model and tiny random-weight GGUFs written per run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.model import Model, load_model
+from engine.paths import default_model_path
+
+from .tiny_model import TinySpec, write_tiny_gguf
+
+REPO = Path(__file__).resolve().parent.parent
+# Built once per machine: later test runs map it in milliseconds. Tests that are about
+# building images use their own temporary cache.
+SHARED_CACHE = REPO / ".cache" / "test-weights"
+
+
+@pytest.fixture(scope="session")
+def real_model_path() -> Path:
+    return default_model_path()
+
+
+@pytest.fixture(scope="session")
+def real_model(real_model_path: Path) -> Model:
+    return load_model(real_model_path, SHARED_CACHE)
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Model:
+    return load_model(tiny_gguf, tmp_path_factory.mktemp("tiny-cache"))
+
+
+@pytest.fixture
+def tiny_spec() -> TinySpec:
+    return TinySpec()

