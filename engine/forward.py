@@ -58,6 +58,19 @@ def softmax_rows(s: np.ndarray, row_max: np.ndarray, row_sum: np.ndarray) -> Non
     np.multiply(s, row_sum[:, None], out=s)
 
 
+def softmax_few_rows(s: np.ndarray, row_max: np.ndarray, row_sum: np.ndarray) -> None:
+    """softmax_rows for a handful of rows (decode's heads), row by row: a broadcast ufunc
+    goes through numpy's buffered iterator, which mallocs up to 32 KB of scratch per call."""
+    np.max(s, axis=1, out=row_max)
+    for row, peak in zip(s, row_max):
+        np.subtract(row, peak, out=row)
+    np.exp(s, out=s)
+    np.sum(s, axis=1, out=row_sum)
+    np.reciprocal(row_sum, out=row_sum)
+    for row, scale in zip(s, row_sum):
+        np.multiply(row, scale, out=row)
+
+
 class Forward:
     """Runs prefill and decode for one conversation against the shared weights."""
 
@@ -185,7 +198,7 @@ class Forward:
             np.multiply(q, self.q_scale, out=q)
             keys = v.k_cache[layer, :N].reshape(N, KVH, hd).transpose(1, 2, 0)  # (KVH, hd, N)
             np.matmul(q3, keys, out=scores)
-            softmax_rows(scores2, row_max, row_sum)
+            softmax_few_rows(scores2, row_max, row_sum)
             np.sum(scores2, axis=0, out=mass_step)
             np.add(mass, mass_step, out=mass)
             values = v.v_cache[layer, :N].reshape(N, KVH, hd).transpose(1, 0, 2)  # (KVH, N, hd)

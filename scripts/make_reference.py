@@ -131,7 +131,6 @@ def config_summary(config: Any) -> dict[str, Any]:
     keys = [
         *EXPECTED_CONFIG,
         "rms_norm_eps",
-        "rope_scaling",
         "hidden_act",
         "attention_bias",
         "mlp_bias",
@@ -140,16 +139,18 @@ def config_summary(config: Any) -> dict[str, Any]:
         "pad_token_id",
     ]
     out = {k: getattr(config, k, None) for k in keys}
-    # transformers 5 moves rope_theta into rope_parameters; read it from there when needed.
-    rope_params = getattr(config, "rope_parameters", None)
-    if out["rope_theta"] is None and isinstance(rope_params, dict):
-        out["rope_theta"] = rope_params.get("rope_theta")
-        out["rope_scaling"] = rope_params
+    # transformers 5 moved rope_theta/rope_scaling into config.rope_parameters; read either.
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    if out["rope_theta"] is None:
+        out["rope_theta"] = rope.get("rope_theta")
+    out["rope_type"] = rope.get("rope_type", "default")
     return out
 
 
 def check_config(summary: dict[str, Any]) -> None:
     bad = {k: (summary[k], v) for k, v in EXPECTED_CONFIG.items() if summary[k] != v}
+    if summary["rope_type"] != "default":
+        bad["rope_type"] = (summary["rope_type"], "default")
     # The GGUF stores eps as float32 1e-5, which reads back as 9.9999997e-06.
     if not np.isclose(summary["rms_norm_eps"], 1e-5, rtol=1e-6, atol=0):
         bad["rms_norm_eps"] = (summary["rms_norm_eps"], 1e-5)
@@ -158,8 +159,8 @@ def check_config(summary: dict[str, Any]) -> None:
 
 
 def encode(tok: Any, text: str) -> list[int]:
-    # add_special_tokens=False because the GGUF says add_bos_token=false, but transformers' GGUF
-    # tokenizer conversion ignores that key and would prepend id 1 (<|im_start|>).
+    # add_special_tokens=False because the GGUF says add_bos_token=false. transformers 4.x's GGUF
+    # tokenizer conversion ignores that key and would prepend id 1 (<|im_start|>); 5.x honours it.
     return list(tok(text, add_special_tokens=False)["input_ids"])
 
 
@@ -190,23 +191,25 @@ def logits_fixtures(
 
 
 def greedy(model: Any, prompt_ids: list[int], n_new: int) -> tuple[list[int], list[float]]:
-    """Plain argmax decoding with a KV cache, never stopping on EOS.
+    """Plain argmax decoding, never stopping on EOS.
 
     Written out instead of using generate() so nothing (EOS stopping, min_new_tokens masking,
-    generation_config defaults read from the GGUF) can alter the argmax. Also returns, per step,
-    the gap between the best and second-best logit: a step with a tiny gap may legitimately flip
-    under float32 reordering, which tests should know about.
+    generation_config defaults read from the GGUF) can alter the argmax. Each step re-runs the
+    whole sequence without a KV cache: at these lengths that costs seconds, and it avoids the
+    cache keyword that transformers renamed between 4.x and 5.x. Also returns, per step, the gap
+    between the best and second-best logit: a step with a tiny gap may legitimately flip under
+    float32 reordering, which tests should know about.
     """
+    ids = list(prompt_ids)
     out: list[int] = []
     gaps: list[float] = []
-    res = model(torch.tensor([prompt_ids]), use_cache=True)
     for _ in range(n_new):
-        last = res.logits[0, -1].to(torch.float32)
+        last = model(torch.tensor([ids]), use_cache=False).logits[0, -1].to(torch.float32)
         top2 = torch.topk(last, 2)
         nxt = int(top2.indices[0])
         out.append(nxt)
+        ids.append(nxt)
         gaps.append(float(top2.values[0] - top2.values[1]))
-        res = model(torch.tensor([[nxt]]), past_key_values=res.past_key_values, use_cache=True)
     return out, gaps
 
 
