@@ -174,3 +174,7 @@ def _run_line_chat(args: argparse.Namespace) -> int:
 
     model = load_model_with_progress(args)
     return run_line_chat(model, data_dir(args), _opt(args, "session", "default"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -43,9 +43,6 @@ class Model:
     def dtype(self) -> str:
         return "float32"
 
-    def close(self) -> None:
-        self.image.close()
-
 
 def load_model(path: str | Path | None = None, cache_dir: str | Path | None = None,
                progress: Progress | None = None) -> Model:

@@ -21,6 +21,7 @@ from .conversation import Conversation, StopCheck
 from .model import Model
 from .sampler import SamplingSettings
 from .stream import StreamEvent, StreamLog
+from .tokenizer import Tokenizer
 
 SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 END_MARKERS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "</s>")
@@ -28,6 +29,22 @@ REPLAY_SLICE = 1024  # tokens between replay progress reports
 
 TextCallback = Callable[[str], None]
 ReplayProgress = Callable[[int, int], None]  # (tokens done, tokens total)
+
+
+def encode_with_content(tokenizer: Tokenizer, text: str, content: str) -> list[int]:
+    """Encode template output `text`, treating the message `content` inside it as plain text.
+
+    Control tokens in the template's own markup are parsed; the same strings typed by a person
+    stay text, so a message cannot close its own turn or forge another role.
+    """
+    at = text.rfind(content) if content else -1
+    if at < 0:
+        return tokenizer.encode(text)
+    return (
+        tokenizer.encode(text[:at])
+        + tokenizer.encode(content, parse_special=False)
+        + tokenizer.encode(text[at + len(content) :])
+    )
 
 
 def check_session_name(name: str) -> str:
@@ -114,6 +131,7 @@ class Session:
         ring = self.conversation.ring
         tokens: list[int] = []
         turn_offsets: list[int] = []
+        anchors: list[int] = []
         for i, event in enumerate(events):
             if i == 0 and event.role == "system":
                 anchors = self._message_tokens(event, generation_prompt=False)
@@ -133,7 +151,7 @@ class Session:
                 progress(min(start + REPLAY_SLICE, len(tokens)), len(tokens))
         if events:
             self.last_event_id = events[-1].id
-        return len(tokens)
+        return len(anchors) + len(tokens)
 
     def _message_tokens(self, event: StreamEvent, generation_prompt: bool) -> list[int]:
         """Tokens that extend the ring by one stream event, updating the transcript."""
@@ -148,7 +166,9 @@ class Session:
         if exact:
             return list(ids) + self._close_assistant(event.content)
         self.messages.append({"role": event.role, "content": event.content})
-        return self.model.tokenizer.encode(self._advance(generation_prompt))
+        return encode_with_content(
+            self.model.tokenizer, self._advance(generation_prompt), event.content
+        )
 
     # -- turns ------------------------------------------------------------------------------
     def turn(self, text: str, settings: SamplingSettings, max_tokens: int,
@@ -161,7 +181,9 @@ class Session:
         self.messages.append({"role": "user", "content": text})
         t0 = time.perf_counter()
         self.conversation.ring.mark_turn_start()
-        prompt = self.model.tokenizer.encode(self._advance(generation_prompt=True))
+        prompt = encode_with_content(
+            self.model.tokenizer, self._advance(generation_prompt=True), text
+        )
         self.conversation.ingest(prompt)
         prefill_s = time.perf_counter() - t0
         decoder = self.model.tokenizer.stream_decoder()

@@ -165,10 +165,8 @@ class WeightImage:
     config: ModelConfig
     weights: Weights
     extras: dict
+    # Kept for the image's lifetime; numpy views hold it too, so it unmaps when the last goes.
     _mapping: mmap.mmap
-
-    def close(self) -> None:
-        self._mapping.close()
 
 
 def map_image(path: Path, fingerprint: str) -> WeightImage:
