@@ -54,6 +54,19 @@ class RingPolicy:
     salience_decay: float = 0.995  # per ingested token; keeps age from buying salience
     prefill_chunk: int = 256  # rows per batched prefill pass; sizes the prefill scratch
 
+    def __post_init__(self) -> None:
+        if self.max_slots < 2:
+            raise ValueError(f"a ring needs at least 2 slots, got {self.max_slots}")
+        if not 0 <= self.recent_window < self.max_slots:
+            raise ValueError(
+                f"recent window {self.recent_window} must be smaller than the ring "
+                f"({self.max_slots} slots)"
+            )
+        if self.evict_batch < 1 or self.prefill_chunk < 1:
+            raise ValueError("evict_batch and prefill_chunk must be at least 1")
+        if not 0.0 < self.salience_decay <= 1.0:
+            raise ValueError(f"salience_decay must be in (0, 1], got {self.salience_decay}")
+
     def scaled_to(self, max_slots: int) -> RingPolicy:
         """The default policy shrunk proportionally for a small ring (tests, perplexity)."""
         return RingPolicy(
