@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import llama_cpp  # only in the llama.cpp venv, never the project's
+import numpy as np
 from llamacpp_token_ids import default_model_path  # sibling script; scripts/ is sys.path[0]
 
 N_CTX = 8192
@@ -65,8 +66,9 @@ def timed(fn: Callable[[], object]) -> float:
 
 
 def greedy_next(llm) -> int:
-    # Llama.eval keeps the last position's logits in `scores`; argmax is greedy decoding.
-    return int(llm.scores[llm.n_tokens - 1].argmax())
+    # Llama.eval no longer copies logits unless logits_all; read the last output row directly.
+    logits = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+    return int(np.ctypeslib.as_array(logits, shape=(llm.n_vocab(),)).argmax())
 
 
 def decode_greedy(llm, count: int) -> float:
