@@ -8,11 +8,15 @@ compute pass holding the old views fails its check instead of reading state it d
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from .config import ModelConfig, RingPolicy
 from .errors import LayoutError, StaleViewError
 from .layout import ALIGN, ArenaLayout
+
+Allocator = Callable[[int], np.ndarray]
 
 # ring_counters slots
 N_ACTIVE, N_ANCHORS, CLOCK, NEXT_POS, TOTAL_INGESTED, REBASES, EVICTED, TURNS = range(8)
@@ -127,12 +131,17 @@ class ArenaViews:
 class StateArena:
     """Owns the one payload allocation of a conversation."""
 
-    def __init__(self, layout: ArenaLayout):
+    def __init__(self, layout: ArenaLayout, allocate: Allocator | None = None):
+        """`allocate(nbytes)` supplies the zeroed payload as a writable uint8 array; the
+        default is ordinary memory. A GPU backend passes one that maps device memory."""
         if not layout.sealed:
             raise LayoutError("an arena needs a sealed layout")
         self.layout = layout
         # The one numerical payload allocation; over-allocated so its base can be aligned.
-        self._buffer = np.zeros(layout.total_bytes + ALIGN, np.uint8)
+        size = layout.total_bytes + ALIGN
+        self._buffer = allocate(size) if allocate else np.zeros(size, np.uint8)
+        if self._buffer.dtype != np.uint8 or self._buffer.nbytes < size:
+            raise LayoutError(f"arena allocator returned {self._buffer.nbytes} bytes, need {size}")
         base = -self._buffer.ctypes.data % ALIGN
         self._bytes = self._buffer[base : base + layout.total_bytes]
         self.generation = 0

@@ -110,10 +110,13 @@ def run_ring(llm, tokens: list[int], ring: int, state_path: str, out: dict) -> N
     else:
         out.setdefault(f"prefill_{ring}", []).append(timed(lambda: llm.eval(tokens[:ring])))
     if ring == COLD_TOKENS:
+        expected = greedy_next(llm)
         out.setdefault("save", []).append(timed(lambda: save_state(llm, state_path)))
         out["state_bytes"] = os.path.getsize(state_path)
         out.setdefault("load", []).append(timed(lambda: load_state(llm, state_path)))
         os.remove(state_path)
+        if greedy_next(llm) != expected:  # a restore that loses state would skew decode too
+            log("warning: the greedy next token changed across state save/load")
     out.setdefault(f"decode_{ring}", []).append(decode_greedy(llm, DECODE_TOKENS))
 
 
