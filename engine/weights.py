@@ -11,7 +11,7 @@ Image file layout (little-endian):
     8   meta_len   u64  length of the UTF-8 JSON metadata that follows the preamble
     16  data_off   u64  offset of the tensor data (page aligned)
     24  data_len   u64  bytes of tensor data
-    32  metadata   JSON {fingerprint, config, tensors: {name: [offset, shape]}, extras}
+    32  metadata   JSON {fingerprint, config, tensors: {name: [offset, shape]}}
     data_off       f32 tensors, each at a 64-byte aligned offset relative to data_off
 """
 
@@ -104,7 +104,7 @@ def _dequantize(model: ModelFile, name: str) -> np.ndarray:
     return np.asarray(out, dtype=np.float32).reshape(tuple(int(x) for x in reversed(t.shape)))
 
 
-def build_image(model: ModelFile, dest: Path, extras: dict, progress: Progress | None = None) -> None:
+def build_image(model: ModelFile, dest: Path, progress: Progress | None = None) -> None:
     """Dequantize `model` into an image at `dest`, atomically (tmp file, fsync, rename)."""
     cfg = model.config
     plan = image_plan(cfg)
@@ -120,7 +120,6 @@ def build_image(model: ModelFile, dest: Path, extras: dict, progress: Progress |
             "fingerprint": model.fingerprint,
             "config": asdict(cfg),
             "tensors": table,
-            "extras": extras,
         }
     ).encode()
     data_off = -(-(PREAMBLE.size + len(meta)) // PAGE) * PAGE
@@ -159,12 +158,11 @@ def build_image(model: ModelFile, dest: Path, extras: dict, progress: Progress |
 
 @dataclass
 class WeightImage:
-    """A mapped image: the weights as read-only views, plus the metadata stored beside them."""
+    """A mapped image: the weights as read-only views into one mapping."""
 
     path: Path
     config: ModelConfig
     weights: Weights
-    extras: dict
     # Kept for the image's lifetime; numpy views hold it too, so it unmaps when the last goes.
     _mapping: mmap.mmap
 
@@ -209,7 +207,7 @@ def map_image(path: Path, fingerprint: str) -> WeightImage:
     except (ValueError, KeyError, TypeError) as exc:
         mapping.close()
         raise WeightImageError(f"weight image metadata unreadable ({exc}): {path}") from None
-    return WeightImage(path, cfg, _weights_from_views(cfg, views), meta.get("extras", {}), mapping)
+    return WeightImage(path, cfg, _weights_from_views(cfg, views), mapping)
 
 
 def _weights_from_views(cfg: ModelConfig, v: dict[str, np.ndarray]) -> Weights:

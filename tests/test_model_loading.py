@@ -144,4 +144,25 @@ def test_real_model_loads_from_cache_quickly(real_model_path: Path, real_model) 
     assert again.config.n_layers == 30 and again.config.kv_dim == 192
     # Generous on a shared machine; the benchmark reports the real figure.
     assert elapsed < 5.0, f"cached load took {elapsed:.2f} s"
-    assert again.image.path.stat().st_size > PREAMBLE.size + again.weights.nbytes
+    image = SHARED_CACHE / "weights" / f"{again.fingerprint}.f32.chwi"
+    assert image.stat().st_size > PREAMBLE.size + again.weights.nbytes
+
+
+def test_metadata_cache_serves_a_quantized_backend_without_the_image(tmp_path, tiny_gguf) -> None:
+    model = load_model(tiny_gguf, tmp_path, f32_weights=False)
+    assert model.weights is None and not list((tmp_path / "weights").glob("*.chwi"))
+    info = model.tensors["blk.0.attn_q.weight"]
+    raw = tiny_gguf.read_bytes()[info.offset : info.offset + info.nbytes]
+    assert len(raw) == info.nbytes == 64 * 64 * 4
+    full = load_model(tiny_gguf, tmp_path)
+    first_row = np.frombuffer(raw, np.float32)[:64]
+    np.testing.assert_array_equal(full.weights.layers[0].wqkv[0], first_row)
+
+
+def test_damaged_metadata_cache_is_rebuilt(tmp_path, tiny_gguf) -> None:
+    load_model(tiny_gguf, tmp_path)
+    meta = next((tmp_path / "weights").glob("*.meta.json"))
+    meta.write_text("{not json")
+    model = load_model(tiny_gguf, tmp_path)
+    assert model.tokenizer.eos_id == 2
+    assert meta.read_text().startswith("{")
