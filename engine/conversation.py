@@ -15,7 +15,8 @@ import numpy as np
 
 from .arena import StateArena, conversation_layout
 from .config import RingPolicy
-from .forward import Forward, HiddenCallback
+from .backend import Backend, NumpyBackend
+from .forward import HiddenCallback
 from .model import Model
 from .ring import KVRing
 from .sampler import Sampler, SamplingSettings
@@ -36,13 +37,15 @@ class Generation:
 
 
 class Conversation:
-    def __init__(self, model: Model, policy: RingPolicy | None = None, seed: int = 0):
+    def __init__(self, model: Model, policy: RingPolicy | None = None, seed: int = 0,
+                 backend: Backend | None = None):
         self.model = model
         self.policy = policy or RingPolicy()
+        self.backend = backend or NumpyBackend()
         self.layout = conversation_layout(model.config, self.policy)
-        self.arena = StateArena(self.layout)
+        self.arena = StateArena(self.layout, self.backend.arena_allocator())
         self.ring = KVRing(self.arena, model.config, self.policy, model.rope)
-        self.forward = Forward(model.weights, self.ring)
+        self.forward = self.backend.make_forward(model, self.ring)
         self.sampler = Sampler(seed)
         self.sampler.save_state(self.arena.views())
 
