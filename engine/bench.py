@@ -17,7 +17,6 @@ import numpy as np
 from threadpoolctl import threadpool_info
 
 from .allocs import measure_allocations
-from .config import RingPolicy
 from .conversation import Conversation
 from .model import Model, load_model
 

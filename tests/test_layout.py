@@ -33,7 +33,9 @@ GEOMETRIES = [
 ]
 
 
-@pytest.mark.parametrize(("cfg", "policy"), GEOMETRIES, ids=["smollm2", "smollm2-512", "seed48", "tiny"])
+@pytest.mark.parametrize(
+    ("cfg", "policy"), GEOMETRIES, ids=["smollm2", "smollm2-512", "seed48", "tiny"]
+)
 def test_offset_map_is_aligned_ordered_and_disjoint(cfg: ModelConfig, policy: RingPolicy) -> None:
     layout = conversation_layout(cfg, policy)
     assert layout.sealed

@@ -45,7 +45,8 @@ def test_top_p_keeps_the_smallest_nucleus(views) -> None:
     logits[:] = -30.0
     logits[[7, 8, 9]] = [2.0, 1.0, 0.0]  # p ~ 0.665, 0.245, 0.090
     sampler = Sampler(5)
-    draws = [sampler.sample(views, SamplingSettings(temperature=1.0, top_p=0.8)) for _ in range(400)]
+    nucleus = SamplingSettings(temperature=1.0, top_p=0.8)
+    draws = [sampler.sample(views, nucleus) for _ in range(400)]
     assert set(draws) == {7, 8}
     share = draws.count(7) / len(draws)
     assert 0.62 < share < 0.84  # renormalised: 0.665 / 0.91 = 0.73
@@ -56,7 +57,8 @@ def test_temperature_sampling_follows_the_softmax(views) -> None:
     logits[:] = -40.0
     logits[[1, 2, 3]] = [0.0, np.log(2.0), np.log(5.0)]
     sampler = Sampler(6)
-    draws = np.array([sampler.sample(views, SamplingSettings(temperature=1.0)) for _ in range(4000)])
+    warm = SamplingSettings(temperature=1.0)
+    draws = np.array([sampler.sample(views, warm) for _ in range(4000)])
     freq = np.array([(draws == i).mean() for i in (1, 2, 3)])
     np.testing.assert_allclose(freq, [1 / 8, 2 / 8, 5 / 8], atol=0.03)
 

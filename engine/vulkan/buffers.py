@@ -1,0 +1,109 @@
+"""Device buffers: one VkBuffer bound to its own VkDeviceMemory, optionally mapped into numpy.
+
+A mapped buffer hands out a uint8 ndarray over the mapping whose base object holds the buffer,
+so the memory cannot be freed while any numpy view of it is alive. Buffers are freed by a
+finalizer, never at interpreter exit (the device outlives them; the OS reclaims the rest).
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from .context import DEVICE_LOCAL, HOST_CACHED, HOST_COHERENT, HOST_VISIBLE, Context
+
+STORAGE, TEXEL, SRC, DST = 0x20, 0x4, 0x1, 0x2  # VkBufferUsageFlagBits used here
+ALL_USES = STORAGE | TEXEL | SRC | DST
+R32_UINT, RGBA32_UINT, RGBA32_SFLOAT, R32_SFLOAT = 98, 107, 109, 100  # VkFormat values
+
+
+class _Mapping:
+    """Exposes a mapped pointer to numpy and keeps the owning buffer alive with every view."""
+
+    def __init__(self, owner: DeviceBuffer, address: int, size: int):
+        self.owner = owner
+        self.__array_interface__ = {"shape": (size,), "typestr": "|u1",
+                                    "data": (address, False), "version": 3}
+
+
+class DeviceBuffer:
+    def __init__(self, ctx: Context, size: int, want: int, prefer: int = 0,
+                 usage: int = ALL_USES, label: str = "buffer"):
+        v = ctx.vk
+        self.ctx, self.size, self.label = ctx, int(size), label
+        dev = ctx.device
+        self.handle = v.vkCreateBuffer(dev, v.VkBufferCreateInfo(
+            size=self.size, usage=usage, sharingMode=v.VK_SHARING_MODE_EXCLUSIVE), None)
+        req = v.vkGetBufferMemoryRequirements(dev, self.handle)
+        index = ctx.memory_type(int(req.memoryTypeBits), want, prefer, min_heap=self.size)
+        if index is None:
+            v.vkDestroyBuffer(dev, self.handle, None)
+            raise MemoryError(f"no Vulkan memory type for {label} with flags {want:#x}")
+        self.memory_flags = ctx.memory_flags(index)
+        self.memory = v.vkAllocateMemory(dev, v.VkMemoryAllocateInfo(
+            allocationSize=int(req.size), memoryTypeIndex=index), None)
+        v.vkBindBufferMemory(dev, self.handle, self.memory, 0)
+        self._views: list = []
+        self.array: np.ndarray | None = None
+        if self.memory_flags & HOST_VISIBLE:
+            mapped = v.vkMapMemory(dev, self.memory, 0, self.size, 0)
+            address = np.frombuffer(mapped, np.uint8).ctypes.data
+            self.array = np.asarray(_Mapping(self, address, self.size))
+        self._finalizer = weakref.finalize(self, _free, ctx, self.handle, self.memory,
+                                           self._views)
+        self._finalizer.atexit = False
+
+    @property
+    def host_visible(self) -> bool:
+        return self.array is not None
+
+    @property
+    def address(self) -> int:
+        if self.array is None:
+            raise ValueError(f"{self.label} is not host-visible")
+        return self.array.ctypes.data
+
+    def describe_memory(self) -> str:
+        f = self.memory_flags
+        names = [n for bit, n in ((DEVICE_LOCAL, "DEVICE_LOCAL"), (HOST_VISIBLE, "HOST_VISIBLE"),
+                                  (HOST_COHERENT, "HOST_COHERENT"), (HOST_CACHED, "HOST_CACHED"))
+                 if f & bit]
+        return "|".join(names) or "none"
+
+    def texel_view(self, fmt: int, offset: int, nbytes: int, texel_bytes: int):
+        """A buffer view over [offset, offset + nbytes) read as texels of `fmt`."""
+        lim = self.ctx.limits
+        if offset % lim.texel_offset_align:
+            raise ValueError(f"{self.label}: texel view offset {offset} is misaligned")
+        if nbytes // texel_bytes > lim.max_texel_elements:
+            raise ValueError(f"{self.label}: {nbytes // texel_bytes} texels exceed the device's "
+                             f"limit of {lim.max_texel_elements}")
+        v = self.ctx.vk
+        view = v.vkCreateBufferView(self.ctx.device, v.VkBufferViewCreateInfo(
+            buffer=self.handle, format=fmt, offset=offset, range=nbytes), None)
+        self._views.append(view)
+        return view
+
+
+def _free(ctx: Context, handle, memory, views: list) -> None:
+    v, dev = ctx.vk, ctx.device
+    for view in views:
+        v.vkDestroyBufferView(dev, view, None)
+    v.vkDestroyBuffer(dev, handle, None)
+    v.vkFreeMemory(dev, memory, None)
+
+
+def host_buffer(ctx: Context, size: int, label: str) -> DeviceBuffer:
+    """Host-visible, coherent memory, device-local where offered (UMA, ReBAR, lavapipe)."""
+    return DeviceBuffer(ctx, size, HOST_VISIBLE | HOST_COHERENT, DEVICE_LOCAL, label=label)
+
+
+def device_buffer(ctx: Context, size: int, label: str) -> DeviceBuffer:
+    """Device-local memory; host-visible only if the device has nothing else (CPU, UMA)."""
+    return DeviceBuffer(ctx, size, DEVICE_LOCAL, label=label)
+
+
+def readback_buffer(ctx: Context, size: int, label: str) -> DeviceBuffer:
+    """Host-visible memory the CPU reads fast (cached where offered)."""
+    return DeviceBuffer(ctx, size, HOST_VISIBLE | HOST_COHERENT, HOST_CACHED, label=label)
