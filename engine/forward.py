@@ -48,18 +48,17 @@ def silu_mul(gate: np.ndarray, up: np.ndarray, out: np.ndarray) -> None:
     np.multiply(out, up, out=out)
 
 
-def softmax_rows(s: np.ndarray, row_max: np.ndarray, row_sum: np.ndarray) -> None:
-    """In-place softmax over the last axis of s (R, N); row_max and row_sum are (R,) scratch."""
+def exp_rows(s: np.ndarray, row_max: np.ndarray, inv_sum: np.ndarray) -> None:
+    """s (R, N) <- exp(s - rowmax) in place, inv_sum (R,) <- 1 / rowsum: softmax, unscaled."""
     np.max(s, axis=1, out=row_max)
     np.subtract(s, row_max[:, None], out=s)
     np.exp(s, out=s)
-    np.sum(s, axis=1, out=row_sum)
-    np.reciprocal(row_sum, out=row_sum)
-    np.multiply(s, row_sum[:, None], out=s)
+    np.sum(s, axis=1, out=inv_sum)
+    np.reciprocal(inv_sum, out=inv_sum)
 
 
 def softmax_few_rows(s: np.ndarray, row_max: np.ndarray, row_sum: np.ndarray) -> None:
-    """softmax_rows for a handful of rows (decode's heads), row by row: a broadcast ufunc
+    """In-place softmax for a handful of rows (decode's heads), row by row: a broadcast ufunc
     goes through numpy's buffered iterator, which mallocs up to 32 KB of scratch per call."""
     np.max(s, axis=1, out=row_max)
     for row, peak in zip(s, row_max):
@@ -160,11 +159,16 @@ class Forward:
             np.matmul(v.p_q[: C * G], v.k_cache[layer, :N, cols].T, out=scores)
             new = scores.reshape(C, G, N)[:, :, n:]
             np.add(new, v.p_causal[:C, None, :C], out=new)
-            softmax_rows(scores, v.p_row_max[: C * G], v.p_row_sum[: C * G])
-            np.sum(scores, axis=0, out=v.mass_step[:N])
+            # Unnormalised softmax: the 1/row_sum scaling is applied to the (C*G, hd) output
+            # and folded into the mass reduction, sparing a pass over the (C*G, N) scores.
+            inv_sum = v.p_row_sum[: C * G]
+            exp_rows(scores, v.p_row_max[: C * G], inv_sum)
+            np.matmul(inv_sum, scores, out=v.mass_step[:N])
             np.add(v.mass[:N], v.mass_step[:N], out=v.mass[:N])
-            np.matmul(scores, v.v_cache[layer, :N, cols], out=v.p_o[: C * G])
-            attn[:, g * G : (g + 1) * G, :] = v.p_o[: C * G].reshape(C, G, hd)
+            out = v.p_o[: C * G]
+            np.matmul(scores, v.v_cache[layer, :N, cols], out=out)
+            np.multiply(out, inv_sum[:, None], out=out)
+            attn[:, g * G : (g + 1) * G, :] = out.reshape(C, G, hd)
 
     # -- decode -----------------------------------------------------------------------------
     def decode_one_token(self, token: int) -> np.ndarray:

@@ -139,16 +139,21 @@ class Tokenizer:
 
     def to_json(self) -> str:
         """Serialize for the weight-image cache, so later starts skip the GGUF vocab parse."""
-        return json.dumps({
-            "hf": self._hf.to_str(), "vocab_size": self._vocab_size,
-            "bos_id": self._bos_id, "eos_id": self._eos_id,
-        })
+        with self._lock:  # never capture a plain-text encode's flipped special-token flag
+            hf = self._hf.to_str()
+        return json.dumps(
+            {"hf": hf, "vocab_size": self._vocab_size, "bos_id": self._bos_id,
+             "eos_id": self._eos_id}
+        )
 
     @classmethod
     def from_json(cls, text: str) -> Tokenizer:
+        """Rebuild a tokenizer saved by `to_json`."""
         record = json.loads(text)
-        return cls(HFTokenizer.from_str(record["hf"]), record["vocab_size"], record["bos_id"],
-                   record["eos_id"])
+        return cls(
+            HFTokenizer.from_str(record["hf"]), record["vocab_size"], record["bos_id"],
+            record["eos_id"],
+        )
 
     @property
     def bos_id(self) -> int | None:

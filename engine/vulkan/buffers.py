@@ -15,6 +15,7 @@ from .context import DEVICE_LOCAL, HOST_CACHED, HOST_COHERENT, HOST_VISIBLE, Con
 
 STORAGE, TEXEL, SRC, DST = 0x20, 0x4, 0x1, 0x2  # VkBufferUsageFlagBits used here
 ALL_USES = STORAGE | TEXEL | SRC | DST
+HOST_ALLOCATION = 0x80  # VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT
 R32_UINT, RGBA32_UINT, RGBA32_SFLOAT, R32_SFLOAT = 98, 107, 109, 100  # VkFormat values
 
 
@@ -29,40 +30,63 @@ class _Mapping:
 
 class DeviceBuffer:
     def __init__(self, ctx: Context, size: int, want: int, prefer: int = 0,
-                 usage: int = ALL_USES, label: str = "buffer"):
+                 usage: int = ALL_USES, label: str = "buffer", host: np.ndarray | None = None):
+        """Allocate `size` bytes, or import `host` (page-aligned, zeroed numpy memory that then
+        backs the buffer; only where the device offers VK_EXT_external_memory_host)."""
         v = ctx.vk
         self.ctx, self.size, self.label = ctx, int(size), label
         dev = ctx.device
-        self.handle = v.vkCreateBuffer(dev, v.VkBufferCreateInfo(
-            size=self.size, usage=usage, sharingMode=v.VK_SHARING_MODE_EXCLUSIVE), None)
+        info = v.VkBufferCreateInfo(size=self.size, usage=usage,
+                                    sharingMode=v.VK_SHARING_MODE_EXCLUSIVE)
+        if host is not None:
+            info.pNext = v.ffi.addressof(external := v.VkExternalMemoryBufferCreateInfo(
+                handleTypes=HOST_ALLOCATION))
+        self.handle = v.vkCreateBuffer(dev, info, None)
         req = v.vkGetBufferMemoryRequirements(dev, self.handle)
         index = ctx.memory_type(int(req.memoryTypeBits), want, prefer, min_heap=self.size)
         if index is None:
             v.vkDestroyBuffer(dev, self.handle, None)
             raise MemoryError(f"no Vulkan memory type for {label} with flags {want:#x}")
         self.memory_flags = ctx.memory_flags(index)
-        self.memory = v.vkAllocateMemory(dev, v.VkMemoryAllocateInfo(
-            allocationSize=int(req.size), memoryTypeIndex=index), None)
+        alloc = v.VkMemoryAllocateInfo(allocationSize=int(req.size), memoryTypeIndex=index)
+        if host is not None:
+            alloc.allocationSize = host.nbytes
+            alloc.pNext = v.ffi.addressof(imported := v.VkImportMemoryHostPointerInfoEXT(
+                handleType=HOST_ALLOCATION, pHostPointer=v.ffi.cast("void*", host.ctypes.data)))
+        self.memory = v.vkAllocateMemory(dev, alloc, None)
+        del info, alloc  # the pNext structs above had to outlive these two calls only
+        if host is not None:
+            del external, imported
         v.vkBindBufferMemory(dev, self.handle, self.memory, 0)
+        self._host = host  # imported memory: numpy owns it, so it must outlive the buffer
         self._views: list = []
-        self.array: np.ndarray | None = None
-        if self.memory_flags & HOST_VISIBLE:
+        self._address = 0
+        if host is not None:
+            self._address = host.ctypes.data
+        elif self.memory_flags & HOST_VISIBLE:
             mapped = v.vkMapMemory(dev, self.memory, 0, self.size, 0)
-            address = np.frombuffer(mapped, np.uint8).ctypes.data
-            self.array = np.asarray(_Mapping(self, address, self.size))
+            self._address = np.frombuffer(mapped, np.uint8).ctypes.data
         self._finalizer = weakref.finalize(self, _free, ctx, self.handle, self.memory,
-                                           self._views)
+                                           self._views, host)
         self._finalizer.atexit = False
 
     @property
+    def array(self) -> np.ndarray:
+        """The whole buffer as a uint8 array; every view keeps this buffer alive. (Built on
+        each call: a stored array would form a cycle that numpy arrays cannot collect.)"""
+        if not self._address:
+            raise ValueError(f"{self.label} is not host-visible")
+        return np.asarray(_Mapping(self, self._address, self.size))
+
+    @property
     def host_visible(self) -> bool:
-        return self.array is not None
+        return bool(self._address)
 
     @property
     def address(self) -> int:
-        if self.array is None:
+        if not self._address:
             raise ValueError(f"{self.label} is not host-visible")
-        return self.array.ctypes.data
+        return self._address
 
     def describe_memory(self) -> str:
         f = self.memory_flags
@@ -86,7 +110,8 @@ class DeviceBuffer:
         return view
 
 
-def _free(ctx: Context, handle, memory, views: list) -> None:
+def _free(ctx: Context, handle, memory, views: list, host: np.ndarray | None) -> None:
+    # `host` is only held here so that imported memory outlives the VkDeviceMemory.
     v, dev = ctx.vk, ctx.device
     for view in views:
         v.vkDestroyBufferView(dev, view, None)

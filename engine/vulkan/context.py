@@ -14,6 +14,7 @@ from .loader import DEVICE_TYPES, DeviceInfo, VulkanUnavailableError, requested_
 
 # Memory property bits (spelled out so this module reads without the vulkan package's names).
 DEVICE_LOCAL, HOST_VISIBLE, HOST_COHERENT, HOST_CACHED = 0x1, 0x2, 0x4, 0x8
+HOST_IMPORT_EXT = "VK_EXT_external_memory_host"
 FENCE_TIMEOUT_NS = 60_000_000_000  # a minute: a step that takes longer is a hung driver
 # Preference order of physical device types: discrete, integrated, virtual, cpu, other.
 _TYPE_RANK = {2: 0, 1: 1, 3: 2, 4: 3, 0: 4}
@@ -74,9 +75,17 @@ class Context:
         self.queue_family = self._compute_family()
         queue_info = v.VkDeviceQueueCreateInfo(queueFamilyIndex=self.queue_family, queueCount=1,
                                                pQueuePriorities=[1.0])
+        available = {str(e.extensionName) for e in
+                     v.vkEnumerateDeviceExtensionProperties(self.physical, None)}
+        # On a CPU device all memory is host memory anyway. Importing numpy's lazily zeroed
+        # pages as the arena keeps untouched K/V planes out of RSS, as np.zeros does for numpy.
+        self.host_import = self.device_type == 4 and HOST_IMPORT_EXT in available
+        extensions = [HOST_IMPORT_EXT] if self.host_import else []
         self.device = v.vkCreateDevice(
             self.physical,
-            v.VkDeviceCreateInfo(queueCreateInfoCount=1, pQueueCreateInfos=[queue_info]),
+            v.VkDeviceCreateInfo(queueCreateInfoCount=1, pQueueCreateInfos=[queue_info],
+                                 enabledExtensionCount=len(extensions),
+                                 ppEnabledExtensionNames=extensions),
             None,
         )
         self.queue = v.vkGetDeviceQueue(self.device, self.queue_family, 0)
