@@ -54,6 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
     ppl.add_argument("--json", action="store_true")
     ppl.set_defaults(handler=_perplexity)
 
+    snap = sub.add_parser("snapshot", help="inspect snapshot files")
+    snap_sub = snap.add_subparsers(metavar="ACTION", required=True)
+    inspect = snap_sub.add_parser("inspect", help="print a snapshot's header and validation")
+    inspect.add_argument("path", type=Path)
+    inspect.add_argument("--json", action="store_true")
+    _add_common(inspect)
+    inspect.set_defaults(handler=_snapshot_inspect)
+
     bench = sub.add_parser("bench", help="benchmarks, as JSON")
     _add_common(bench)
     bench.add_argument("--json", action="store_true", help="print one JSON object (default)")
@@ -107,11 +115,16 @@ def _chat(args: argparse.Namespace) -> int:
         raise ValueError(f"--max-tokens must be at least 1, got {args.max_tokens}")
     model = load_model_with_progress(args)
     session = Session(model, data_dir(args), _opt(args, "session", "default"))
-    boot = session.boot()
+    boot = session.boot(cold=bool(_opt(args, "cold", False)))
     for warning in boot.warnings:
         print(f"channel: warning: {warning}", file=sys.stderr)
+    if not args.json:
+        print(boot_line(boot), file=sys.stderr)
     stream_text = None if args.json else _print_piece
     result = session.turn(args.message, settings, args.max_tokens, on_text=stream_text)
+    saved = session.save(wait=True)
+    if saved.error:
+        print(f"channel: warning: snapshot not saved: {saved.error}", file=sys.stderr)
     ring = session.conversation.ring
     if args.json:
         print(json.dumps({
@@ -131,7 +144,10 @@ def _chat(args: argparse.Namespace) -> int:
             "replay_ms": round(boot.replay_ms, 3),
             "replayed_events": boot.replayed_events,
             "replayed_tokens": boot.replayed_tokens,
+            "restored_slots": boot.restored_slots,
             "boot_phases_ms": {k: round(v, 3) for k, v in boot.phases_ms.items()},
+            "snapshot": {"status": saved.status.name.lower(), "bytes": saved.bytes,
+                         "ms": round(saved.ms, 3), "error": saved.error},
             "session": session.name,
             "model": model.name,
             "backend": "numpy",
@@ -139,6 +155,15 @@ def _chat(args: argparse.Namespace) -> int:
     else:
         print()
     return 0
+
+
+def boot_line(boot) -> str:
+    """One line a person reads at startup: which boot, why, and what each phase cost."""
+    if boot.kind == "warm":
+        return (f"Warm boot · restored {boot.restored_slots:,} slots in {boot.restore_ms:.0f} ms"
+                f" · replayed {boot.replayed_events} events in {boot.replay_ms:.0f} ms")
+    return (f"Cold boot ({boot.reason}) · replayed {boot.replayed_events} events, "
+            f"{boot.replayed_tokens:,} tokens in {boot.replay_ms:.0f} ms")
 
 
 def _print_piece(piece: str) -> None:
@@ -159,6 +184,15 @@ def _perplexity(args: argparse.Namespace) -> int:
               f"(ring {result['ring_slots']} slots, {result['evicted']} evicted, "
               f"{result['rebases']} rebases)")
     return 0
+
+
+def _snapshot_inspect(args: argparse.Namespace) -> int:
+    from .snapshot_inspect import inspect_snapshot, render_inspection
+
+    model = load_model_with_progress(args) if _opt(args, "model") else None
+    report = inspect_snapshot(args.path, model)
+    print(json.dumps(report) if args.json else render_inspection(report))
+    return 0 if report["valid"] else 1
 
 
 def _bench(args: argparse.Namespace) -> int:

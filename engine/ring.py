@@ -13,6 +13,7 @@ whole truth.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,6 +53,17 @@ class KVRing:
         self.cfg = cfg
         self.policy = policy
         self.rope = rope
+        # Set while no snapshot is reading the live slots. Eviction and rebase move or rewrite
+        # existing rows, so they wait for it; appending new tokens never does.
+        self._thawed = threading.Event()
+        self._thawed.set()
+
+    def freeze(self) -> None:
+        """Keep live rows where they are (a snapshot writer is reading them)."""
+        self._thawed.clear()
+
+    def thaw(self) -> None:
+        self._thawed.set()
 
     # -- counters -------------------------------------------------------------------------
     def _counter(self, index: int) -> int:
@@ -109,8 +121,10 @@ class KVRing:
                 f"slots holding {self.n_anchors} anchors (at most {self.max_admit()})"
             )
         if self.n_active + count > self.policy.max_slots:
+            self._thawed.wait()
             self._evict(self.n_active + count - self.policy.max_slots)
         if self.next_pos + count > self.cfg.context_length:
+            self._thawed.wait()
             self._rebase()
         return SlotSpan(self.n_active, count, self.next_pos)
 

@@ -1,10 +1,9 @@
-"""A named session: the stream log, the chat template, and a Conversation, kept in step.
+"""A named session: its stream log, transcript, conversation state and snapshot, in step.
 
-The ring always holds the tokens of the template's rendering of the transcript so far
-(`_rendered`), fed incrementally: each message's tokens are the difference between rendering
-the history with it and without it. Assistant replies are fed as the exact ids that were
-sampled (kept in the stream), so replaying a transcript rebuilds the same ring a live
-conversation built.
+Boot is warm when `NAME.snapshot.bin` validates: the state is restored and only the stream
+events after the snapshot's anchor are replayed. Otherwise it is cold: the system prompt is
+prefilled as anchors and the whole stream replayed. A refused snapshot is set aside, never
+deleted.
 """
 
 from __future__ import annotations
@@ -13,15 +12,19 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
-from .chat_template import ChatTemplateError
+from .backend import Backend
 from .config import RingPolicy
 from .conversation import Conversation, StopCheck
 from .model import Model
 from .sampler import SamplingSettings
+from .snapshot import SaveResult, Snapshotter
+from .snapshot_format import SnapshotCorruptError, SnapshotError
+from .snapshot_restore import restore
 from .stream import StreamEvent, StreamLog
-from .tokenizer import Tokenizer
+from .transcript import Transcript
 
 SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 END_MARKERS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "</s>")
@@ -29,22 +32,6 @@ REPLAY_SLICE = 1024  # tokens between replay progress reports
 
 TextCallback = Callable[[str], None]
 ReplayProgress = Callable[[int, int], None]  # (tokens done, tokens total)
-
-
-def encode_with_content(tokenizer: Tokenizer, text: str, content: str) -> list[int]:
-    """Encode template output `text`, treating the message `content` inside it as plain text.
-
-    Control tokens in the template's own markup are parsed; the same strings typed by a person
-    stay text, so a message cannot close its own turn or forge another role.
-    """
-    at = text.rfind(content) if content else -1
-    if at < 0:
-        return tokenizer.encode(text)
-    return (
-        tokenizer.encode(text[:at])
-        + tokenizer.encode(content, parse_special=False)
-        + tokenizer.encode(text[at + len(content) :])
-    )
 
 
 def check_session_name(name: str) -> str:
@@ -64,6 +51,8 @@ class BootReport:
     replay_ms: float = 0.0
     replayed_events: int = 0
     replayed_tokens: int = 0
+    restored_slots: int = 0
+    snapshot_bytes: int = 0
     phases_ms: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
@@ -88,60 +77,100 @@ class TurnResult:
 
 class Session:
     def __init__(self, model: Model, data_dir: Path, name: str,
-                 policy: RingPolicy | None = None):
+                 policy: RingPolicy | None = None, backend: Backend | None = None):
         self.model = model
         self.name = check_session_name(name)
         self.data_dir = Path(data_dir)
         self.stream = StreamLog(self.data_dir / f"{name}.stream.jsonl")
-        self.conversation = Conversation(model, policy)
-        self.messages: list[dict] = []
+        self.conversation = Conversation(model, policy, backend=backend)
+        self.transcript = Transcript(model.template, model.tokenizer, model.fingerprint,
+                                     model.config.vocab_size)
+        self.snapshots = Snapshotter(self.conversation, self.data_dir / f"{name}.snapshot.bin")
         self.last_event_id: str | None = None
-        self._rendered = ""
-        self._awaiting_reply = False  # the ring ends with the assistant generation prompt
         self.stop_ids = frozenset(
             i for i in [model.tokenizer.eos_id, *map(model.tokenizer.token_to_id, END_MARKERS)]
             if i is not None
         )
 
-    @property
-    def snapshot_path(self) -> Path:
-        return self.data_dir / f"{self.name}.snapshot.bin"
-
-    # -- boot -------------------------------------------------------------------------------
-    def boot(self, progress: ReplayProgress | None = None) -> BootReport:
-        """Cold boot: anchor the system prompt, then replay the whole stream."""
+    # -- boot and restore -------------------------------------------------------------------
+    def boot(self, cold: bool = False, progress: ReplayProgress | None = None) -> BootReport:
+        """Warm boot from the snapshot if it validates, else cold boot from the stream."""
         t0 = time.perf_counter()
         read = self.stream.read()
         events = read.events
-        if not events or events[0].role != "system":
+        if not events:
             system = self.model.template.default_system_prompt()
-            if system is not None and not events:
+            if system is not None:
                 events = [self.stream.append("system", system)]
-        report = BootReport(kind="cold", reason="no snapshot", warnings=list(read.warnings))
-        report.phases_ms["read_stream"] = (time.perf_counter() - t0) * 1e3
+        read_ms = (time.perf_counter() - t0) * 1e3
+        if cold:
+            reason = "--cold: snapshot ignored"
+        elif not self.snapshots.path.exists():
+            reason = "no snapshot"
+        else:
+            try:
+                report = self._warm(events, progress)
+                report.phases_ms = {"read_stream": read_ms, **report.phases_ms}
+                report.warnings = list(read.warnings)
+                return report
+            except SnapshotError as exc:
+                reason = f"snapshot refused: {exc}; kept as {self._set_aside().name}"
+        report = BootReport(kind="cold", reason=reason, warnings=list(read.warnings))
         t0 = time.perf_counter()
-        report.replayed_tokens = self._replay(events, progress)
+        report.replayed_tokens = self._replay(events, progress, first_is_system=True)
         report.replay_ms = (time.perf_counter() - t0) * 1e3
         report.replayed_events = len(events)
-        report.phases_ms["replay"] = report.replay_ms
+        report.phases_ms = {"read_stream": read_ms, "replay": report.replay_ms}
         return report
 
-    def _replay(self, events: list[StreamEvent], progress: ReplayProgress | None) -> int:
+    def restore_now(self, progress: ReplayProgress | None = None) -> BootReport:
+        """Reload the last snapshot (waiting for any save in flight), then replay past it."""
+        self.snapshots.wait()
+        return self._warm(self.stream.read().events, progress)
+
+    def _warm(self, events: list[StreamEvent], progress: ReplayProgress | None) -> BootReport:
+        index = {e.id: i for i, e in enumerate(events)}
+        report = restore(self.conversation, self.snapshots.path, known_ids=index.keys())
+        self.snapshots.last_clock = report.clock
+        anchor = index[report.stream_id]
+        self.transcript.reset_to(events[: anchor + 1],
+                                 bool(report.session.get("awaiting_reply", False)))
+        self.last_event_id = report.stream_id
+        later = events[anchor + 1 :]
+        t0 = time.perf_counter()
+        replayed = self._replay(later, progress, first_is_system=False)
+        replay_ms = (time.perf_counter() - t0) * 1e3
+        return BootReport(
+            kind="warm", reason="snapshot valid", restore_ms=report.restore_ms,
+            replay_ms=replay_ms, replayed_events=len(later), replayed_tokens=replayed,
+            restored_slots=report.n_active, snapshot_bytes=report.bytes,
+            phases_ms={"validate": report.validate_ms, "copy": report.copy_ms,
+                       "replay": replay_ms},
+        )
+
+    def _set_aside(self) -> Path:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        aside = self.snapshots.path.with_name(f"{self.snapshots.path.name}.rejected-{stamp}")
+        self.snapshots.path.rename(aside)
+        return aside
+
+    def _replay(self, events: list[StreamEvent], progress: ReplayProgress | None,
+                first_is_system: bool) -> int:
         """Feed events to the ring in bulk: anchors first, then one batched prefill."""
         ring = self.conversation.ring
         tokens: list[int] = []
         turn_offsets: list[int] = []
         anchors: list[int] = []
         for i, event in enumerate(events):
-            if i == 0 and event.role == "system":
-                anchors = self._message_tokens(event, generation_prompt=False)
+            if i == 0 and first_is_system and event.role == "system":
+                anchors = self.transcript.event_tokens(event, generation_prompt=False)
                 if anchors:
                     self.conversation.ingest(anchors, anchors=True)
                 continue
             if event.role == "user":
                 turn_offsets.append(len(tokens))
             answered = i + 1 < len(events) and events[i + 1].role == "assistant"
-            tokens += self._message_tokens(event, generation_prompt=answered)
+            tokens += self.transcript.event_tokens(event, generation_prompt=answered)
         clock0 = ring.clock
         for offset in turn_offsets:
             ring.mark_turn_start(clock0 + offset)
@@ -153,37 +182,17 @@ class Session:
             self.last_event_id = events[-1].id
         return len(anchors) + len(tokens)
 
-    def _message_tokens(self, event: StreamEvent, generation_prompt: bool) -> list[int]:
-        """Tokens that extend the ring by one stream event, updating the transcript."""
-        ids = event.extra.get("tokens")
-        exact = (
-            event.role == "assistant"
-            and self._awaiting_reply
-            and event.extra.get("model") == self.model.fingerprint
-            and isinstance(ids, list)
-            and all(isinstance(t, int) and 0 <= t < self.model.config.vocab_size for t in ids)
-        )
-        if exact:
-            return list(ids) + self._close_assistant(event.content)
-        self.messages.append({"role": event.role, "content": event.content})
-        return encode_with_content(
-            self.model.tokenizer, self._advance(generation_prompt), event.content
-        )
-
-    # -- turns ------------------------------------------------------------------------------
+    # -- turns and saves ------------------------------------------------------------------
     def turn(self, text: str, settings: SamplingSettings, max_tokens: int,
              on_text: TextCallback | None = None,
              should_stop: StopCheck | None = None) -> TurnResult:
         """Log the user's message (fsynced first), answer it, log the answer."""
         if not text.strip():
             raise ValueError("empty message")
-        self.stream.append("user", text)
-        self.messages.append({"role": "user", "content": text})
+        self.last_event_id = self.stream.append("user", text).id
         t0 = time.perf_counter()
         self.conversation.ring.mark_turn_start()
-        prompt = encode_with_content(
-            self.model.tokenizer, self._advance(generation_prompt=True), text
-        )
+        prompt = self.transcript.user_turn(text)
         self.conversation.ingest(prompt)
         prefill_s = time.perf_counter() - t0
         decoder = self.model.tokenizer.stream_decoder()
@@ -195,7 +204,7 @@ class Session:
 
         gen = self.conversation.generate(settings, max_tokens, self.stop_ids, emit, should_stop)
         reply = self.model.tokenizer.decode(gen.ids)
-        self.conversation.ingest(self._close_assistant(reply))
+        self.conversation.ingest(self.transcript.close_assistant(reply))
         event = self.stream.append(
             "assistant", reply, tokens=gen.ids, model=self.model.fingerprint, stop=gen.stop,
             temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
@@ -203,31 +212,10 @@ class Session:
         self.last_event_id = event.id
         return TurnResult(reply, gen.ids, gen.stop, len(prompt), prefill_s, gen.decode_s)
 
-    # -- template bookkeeping ---------------------------------------------------------------
-    def _advance(self, generation_prompt: bool) -> str:
-        """Render the transcript; return what it adds beyond what the ring already holds."""
-        text = self._extend(self.messages, generation_prompt)
-        delta = text[len(self._rendered) :]
-        self._rendered = text
-        self._awaiting_reply = generation_prompt
-        return delta
-
-    def _extend(self, messages: list[dict], generation_prompt: bool = False) -> str:
-        text = self.model.template.render(messages, add_generation_prompt=generation_prompt)
-        if messages and not text.startswith(self._rendered):
-            raise ChatTemplateError(
-                "chat template is not prefix-stable: rendering a longer transcript changed "
-                "its beginning, so turns cannot be fed incrementally"
-            )
-        return text
-
-    def _close_assistant(self, content: str) -> list[int]:
-        """Tokens after an assistant reply's content, e.g. '<|im_end|>\\n' for ChatML."""
-        self.messages.append({"role": "assistant", "content": content})
-        text = self._extend(self.messages)
-        body = text[len(self._rendered) :]
-        self._rendered = text
-        self._awaiting_reply = False
-        if not body.startswith(content):
-            raise ChatTemplateError("chat template rewrites assistant replies; cannot replay")
-        return self.model.tokenizer.encode(body[len(content) :])
+    def save(self, wait: bool = True,
+             on_done: Callable[[SaveResult], None] | None = None) -> SaveResult:
+        """Checkpoint the working state, anchored at the last stream event it includes."""
+        if self.last_event_id is None:
+            raise SnapshotCorruptError("nothing to save: the session has no stream events")
+        info = {"awaiting_reply": self.transcript.awaiting_reply, "session": self.name}
+        return self.snapshots.save(self.last_event_id, info, wait=wait, on_done=on_done)

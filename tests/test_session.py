@@ -10,7 +10,8 @@ import pytest
 
 from engine.config import RingPolicy
 from engine.sampler import SamplingSettings
-from engine.session import Session, check_session_name, encode_with_content
+from engine.session import Session, check_session_name
+from engine.transcript import encode_with_content
 
 GREEDY = SamplingSettings()
 POLICY = RingPolicy().scaled_to(256)
