@@ -139,9 +139,11 @@ class SnapshotWriter:
         fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         self._file = os.fdopen(fd, "wb", buffering=WRITE_CHUNK)
 
-    def _advance(self, expected: str, to: str) -> None:
+    def _advance(self, expected: str, to: str, call: str) -> None:
         if self._state != expected:
-            raise SnapshotWriterStateError(f"{to} called in state {self._state!r}")
+            raise SnapshotWriterStateError(
+                f"{call} called in state {self._state!r} (needs {expected!r})"
+            )
         self._state = to
 
     def _write(self, data) -> None:
@@ -160,14 +162,14 @@ class SnapshotWriter:
         self._write(bytes(offset - self._written))
 
     def write_header(self, cut: Cut) -> None:
-        self._advance("open", "header")
+        self._advance("open", "header", "write_header")
         self._total = cut.sections.size
         self._write(cut.header.pack())
         self._write(pack_body(cut.sections))
         self._write(identity_bytes(cut.identity))
 
     def write_metadata(self, cut: Cut) -> None:
-        self._advance("header", "metadata")
+        self._advance("header", "metadata", "write_metadata")
         s = cut.sections
         for offset, array in (
             (s.slot_clock, cut.slot_clock), (s.slot_pos, cut.slot_pos),
@@ -179,7 +181,7 @@ class SnapshotWriter:
             self._write(np.ascontiguousarray(array).view(np.uint8))
 
     def write_slabs(self, cut: Cut) -> None:
-        self._advance("metadata", "slabs")
+        self._advance("metadata", "slabs", "write_slabs")
         s = cut.sections
         self._pad_to(s.kv)
         n = s.n_active
@@ -188,7 +190,7 @@ class SnapshotWriter:
                 self._write(cache[layer, :n])  # contiguous rows straight from the arena
 
     def commit(self) -> int:
-        self._advance("slabs", "committed")
+        self._advance("slabs", "committed", "commit")
         self._pad_to(self._total - len(pack_trailer(bytes(16))))
         trailer = pack_trailer(self._hash.digest())
         self._file.write(trailer)

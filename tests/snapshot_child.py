@@ -1,0 +1,43 @@
+"""Child process for the kill -9 test: keeps decoding and saving until it is killed.
+
+argv: GGUF CACHE_DIR SNAPSHOT_PATH. Prints one line per completed save.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from engine.config import RingPolicy
+from engine.conversation import Conversation
+from engine.model import load_model
+from engine.snapshot import Snapshotter, SnapshotStatus
+from engine.snapshot_restore import restore
+
+POLICY = RingPolicy(max_slots=2048, recent_window=64, evict_batch=64, prefill_chunk=128)
+
+
+def main() -> None:
+    gguf, cache, path = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    model = load_model(gguf, cache)
+    conv = Conversation(model, POLICY)
+    if path.exists():
+        restore(conv, path)  # must always succeed: the last kill left the old or the new file
+    else:
+        conv.ingest([1, 2, 3], anchors=True)
+        conv.ingest([5 + i % 200 for i in range(1500)])
+    # Pace the writer a little so that most kills land in the middle of a write.
+    saver = Snapshotter(conv, path, progress=lambda done, total: time.sleep(0.002))
+    print("ready", flush=True)
+    token = 7
+    while True:
+        conv.forward.decode_one_token(token)
+        token = 3 + (token * 31) % 250
+        result = saver.save("")
+        assert result.status == SnapshotStatus.SAVED, result
+        print("saved", result.clock, flush=True)
+
+
+if __name__ == "__main__":
+    main()
