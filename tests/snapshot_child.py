@@ -12,7 +12,7 @@ from pathlib import Path
 from engine.config import RingPolicy
 from engine.conversation import Conversation
 from engine.model import load_model
-from engine.snapshot import Snapshotter, SnapshotStatus
+from engine.snapshot import SnapshotStatus, Snapshotter
 from engine.snapshot_restore import restore
 
 POLICY = RingPolicy(max_slots=2048, recent_window=64, evict_batch=64, prefill_chunk=128)

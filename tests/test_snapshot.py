@@ -15,8 +15,13 @@ from engine.config import RingPolicy
 from engine.conversation import Conversation
 from engine.sampler import SamplingSettings
 from engine.session import Session
-from engine.snapshot import Snapshotter, SnapshotStatus, SnapshotWriter, SnapshotWriterStateError
-from engine.snapshot import take_cut
+from engine.snapshot import (
+    SnapshotStatus,
+    Snapshotter,
+    SnapshotWriter,
+    SnapshotWriterStateError,
+    take_cut,
+)
 from engine.snapshot_format import HEADER, SnapshotError
 from engine.snapshot_restore import read_snapshot, restore
 

@@ -16,7 +16,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.config import RingPolicy
 from engine.conversation import Conversation
 from engine.model import load_model
 from engine.snapshot import Snapshotter
@@ -122,7 +121,8 @@ def test_arbitrary_bytes_are_refused(target, tmp_path, blob) -> None:
 def test_specific_reasons(good_snapshot, target, tmp_path) -> None:
     version7 = bytearray(good_snapshot)
     version7[4:8] = (7).to_bytes(4, "little")
-    assert refused(bytes(version7), target, tmp_path) == "version 7 unsupported (this build reads 1)"
+    reason = refused(bytes(version7), target, tmp_path)
+    assert reason == "version 7 unsupported (this build reads 1)"
     assert "not a snapshot" in refused(b"GGUF" + good_snapshot[4:], target, tmp_path)
     flipped = bytearray(good_snapshot)
     flipped[len(flipped) // 2] ^= 0x10
@@ -170,4 +170,5 @@ def test_inspect_command_reports_validation(good_snapshot, tmp_path: Path) -> No
     path.write_bytes(good_snapshot[:1000])
     out = subprocess.run([str(channel), "snapshot", "inspect", str(path)],
                          capture_output=True, text=True, timeout=60)
-    assert out.returncode == 1 and "INVALID" in out.stdout and "truncated at byte 1000" in out.stdout
+    assert out.returncode == 1 and "INVALID" in out.stdout
+    assert "truncated at byte 1000" in out.stdout
