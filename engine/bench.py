@@ -17,6 +17,7 @@ import numpy as np
 from threadpoolctl import threadpool_info
 
 from .allocs import measure_allocations
+from .bench_snapshot import run_snapshot_benchmarks
 from .conversation import Conversation
 from .model import Model, load_model
 
@@ -98,7 +99,10 @@ def rss_mb() -> tuple[float, float]:
     return mb("VmRSS"), mb("VmHWM")
 
 
-def run_benchmarks(model_path: Path | None, cache_dir: Path, quick: bool = False) -> dict:
+def run_benchmarks(model_path: Path | None, cache_dir: Path, quick: bool = False,
+                   scratch_dir: Path | None = None) -> dict:
+    """All figures in one JSON-ready dict. `scratch_dir` is where snapshot files are written
+    (the data directory's disk, so that disk figures describe it)."""
     repeat = 1 if quick else 3
     result: dict = {"backend": "numpy", "quick": quick}
 
@@ -125,6 +129,9 @@ def run_benchmarks(model_path: Path | None, cache_dir: Path, quick: bool = False
             continue
         result[key] = round(bench_decode(model, context, repeat), 2)
     result.update(bench_allocations(model))
+    scratch = Path(scratch_dir) if scratch_dir else Path(tempfile.gettempdir())
+    scratch.mkdir(parents=True, exist_ok=True)
+    result.update(run_snapshot_benchmarks(model, scratch, repeat, 800 if quick else 4000))
     result["rss_mb"], result["rss_peak_mb"] = (round(x, 1) for x in rss_mb())
     result["machine"] = {
         "platform": platform.platform(),

@@ -198,7 +198,8 @@ def _snapshot_inspect(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from .bench import run_benchmarks
 
-    result = run_benchmarks(_opt(args, "model"), cache_dir(args), quick=args.quick)
+    result = run_benchmarks(_opt(args, "model"), cache_dir(args), quick=args.quick,
+                            scratch_dir=data_dir(args))
     print(json.dumps(result))
     return 0
 

@@ -8,7 +8,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from engine.arena import StateArena, conversation_layout
+from engine.arena import StateArena, anonymous_memory, conversation_layout
 from engine.config import RingPolicy
 from engine.errors import LayoutError, StaleViewError
 from engine.layout import ALIGN, ArenaLayout
@@ -31,22 +31,29 @@ def test_every_view_lies_inside_the_one_aligned_allocation() -> None:
 
 def test_one_numerical_payload_allocation_per_conversation() -> None:
     layout = conversation_layout(SMOLLM2, RingPolicy())
+    calls = []
+
+    def counting(nbytes: int) -> np.ndarray:
+        calls.append(nbytes)
+        return anonymous_memory(nbytes)
+
     gc.collect()
     tracemalloc.start()
     try:
         before = tracemalloc.take_snapshot()
-        arena = StateArena(layout)
+        arena = StateArena(layout, counting)
         after = tracemalloc.take_snapshot()
     finally:
         tracemalloc.stop()
-    domain = np.lib.tracemalloc_domain
-    flt = [tracemalloc.DomainFilter(True, domain)]
+    assert calls == [layout.total_bytes + ALIGN]
+    # Nothing else of any size was allocated for numbers: no numpy buffer beyond a page.
+    flt = [tracemalloc.DomainFilter(True, np.lib.tracemalloc_domain)]
     diff = after.filter_traces(flt).compare_to(before.filter_traces(flt), "traceback")
-    big = [s for s in diff if s.size_diff > 4096]
-    assert len(big) == 1, [str(s) for s in big]
-    assert big[0].count_diff == 1
-    assert big[0].size_diff >= layout.total_bytes
+    assert not [s for s in diff if s.size_diff > 4096], [str(s) for s in diff][:3]
     assert arena.nbytes == layout.total_bytes
+    views = arena.views()
+    assert views.k_cache.base is not None  # a view, not a separate buffer
+    assert all(getattr(views, r.name).ctypes.data >= arena.base_address for r in layout.regions)
 
 
 def test_views_go_stale_after_reset_and_restore() -> None:
