@@ -208,7 +208,8 @@ def _run_line_chat(args: argparse.Namespace) -> int:
     from .line_chat import run_line_chat
 
     model = load_model_with_progress(args)
-    return run_line_chat(model, data_dir(args), _opt(args, "session", "default"))
+    return run_line_chat(model, data_dir(args), _opt(args, "session", "default"),
+                         cold=bool(_opt(args, "cold", False)))
 
 
 if __name__ == "__main__":

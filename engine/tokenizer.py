@@ -52,11 +52,16 @@ def _llama3() -> pre_tokenizers.PreTokenizer:
 
 
 # `tokenizer.ggml.pre` name -> (pre-tokenizer factory, ignore_merges). The groups follow
-# llama-vocab.cpp, which gives every name in a group the same regexes. Only 'smollm' (the
-# shipped model) is checked against llama.cpp's ids; the others mirror its source.
+# llama-vocab.cpp, which gives every name in a group the same regexes. The tests check
+# 'smollm' against llama.cpp; gpt-2, llama-bpe, mpt, starcoder, refact and command-r were
+# checked by hand against llama.cpp's vocab test files (models/ggml-vocab-*.gguf); the
+# remaining names share a group with a checked one.
 _PRE_TOKENIZERS: dict[str, tuple[Callable[[], pre_tokenizers.PreTokenizer], bool]] = {
     **dict.fromkeys(
-        ("smollm", "starcoder", "refact", "codeshell", "exaone", "minerva-7b", "mellum2"),
+        (
+            "smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b",
+            "mellum2",
+        ),
         (_digits_then_gpt2, False),
     ),
     **dict.fromkeys(("gpt-2", "phi-2", "mpt", "olmo", "jais"), (_gpt2, False)),

@@ -3,7 +3,10 @@
 Run it with a Python that has llama-cpp-python (an optional extra; it builds from source):
     /work/llamacpp-venv/bin/python scripts/bench_llama_cpp.py --json [--channel-json FILE]
 It prints one JSON object whose metric keys match `channel bench --json`; given that output,
-it adds `ratios` (channel / llama.cpp per shared key). Progress goes to stderr.
+it adds `ratios` (channel / llama.cpp per metric, reading Channel's snapshot_* and
+cold_replay_ms as the state_* and cold-prefill figures). Progress goes to stderr.
+Run it on an otherwise idle machine: llama.cpp's threads spin-wait on each other, and one
+busy core can cut its decode speed twentyfold (`machine.loadavg_1m` records the load).
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def synthetic_tokens(llm, count: int) -> list[int]:
+def synthetic_tokens(llm: llama_cpp.Llama, count: int) -> list[int]:
     """`count` real token ids made by tokenizing repeated prose with llama.cpp itself."""
     one = llm.tokenize(FILLER.encode("utf-8"), add_bos=False, special=False)
     repeats = count // len(one) + 2
@@ -65,13 +68,13 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def greedy_next(llm) -> int:
+def greedy_next(llm: llama_cpp.Llama) -> int:
     # Llama.eval no longer copies logits unless logits_all; read the last output row directly.
     logits = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
     return int(np.ctypeslib.as_array(logits, shape=(llm.n_vocab(),)).argmax())
 
 
-def decode_greedy(llm, count: int) -> float:
+def decode_greedy(llm: llama_cpp.Llama, count: int) -> float:
     """Seconds for `count` single-token decode steps from the current KV cache."""
     token = greedy_next(llm)
     start = time.perf_counter()
@@ -81,14 +84,14 @@ def decode_greedy(llm, count: int) -> float:
     return time.perf_counter() - start
 
 
-def save_state(llm, path: str) -> None:
+def save_state(llm: llama_cpp.Llama, path: str) -> None:
     tokens = llm.input_ids[: llm.n_tokens].tolist()
     array = (llama_cpp.llama_token * len(tokens))(*tokens)
     if not llama_cpp.llama_state_save_file(llm.ctx, path.encode(), array, len(tokens)):
         raise RuntimeError("llama_state_save_file failed")
 
 
-def load_state(llm, path: str) -> None:
+def load_state(llm: llama_cpp.Llama, path: str) -> None:
     capacity = N_CTX
     array = (llama_cpp.llama_token * capacity)()
     count = ctypes.c_size_t(0)
@@ -102,7 +105,9 @@ def load_state(llm, path: str) -> None:
     llm.input_ids[: count.value] = array[: count.value]
 
 
-def run_ring(llm, tokens: list[int], ring: int, state_path: str, out: dict) -> None:
+def run_ring(
+    llm: llama_cpp.Llama, tokens: list[int], ring: int, state_path: str, out: dict
+) -> None:
     """One repetition: prefill `ring` tokens (timed), maybe save/load state, decode 64."""
     llm.reset()
     if ring == 0:
@@ -153,6 +158,8 @@ def bench(model: str, n_threads: int, state_dir: str) -> dict:
         n_batch=llm.n_batch,
         model=os.path.basename(model),
         machine=machine_info(),
+        # Every repetition's seconds, so a run disturbed by other work shows as spread.
+        runs_s={k: [round(x, 4) for x in v] for k, v in raw.items() if isinstance(v, list)},
     )
     return result
 
@@ -173,10 +180,33 @@ def machine_info() -> dict:
     }
 
 
+# Where `channel bench --json` reports a figure under its own name: key -> (its key, scale).
+# Channel's cold boot replays the 4000-token conversation, which is llama.cpp's cold prefill.
+CHANNEL_ALIASES = {
+    "state_save_ms": ("snapshot_save_ms", 1.0),
+    "state_load_ms": ("snapshot_restore_ms", 1.0),
+    "state_bytes": ("snapshot_bytes", 1.0),
+    "cold_prefill_4000_s": ("cold_replay_ms", 1e-3),
+}
+
+
+def channel_figure(channel: dict, key: str) -> float | None:
+    value = channel.get(key)
+    if value is None and key in CHANNEL_ALIASES:
+        alias, scale = CHANNEL_ALIASES[key]
+        value = channel.get(alias)
+        value = value * scale if isinstance(value, (int, float)) else None
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def ratios(channel: dict, llama: dict) -> dict:
-    """channel / llama.cpp for every metric both report (higher is better only for tok/s)."""
-    shared = [k for k in METRICS if isinstance(channel.get(k), (int, float)) and llama.get(k)]
-    return {k: round(channel[k] / llama[k], 3) for k in shared}
+    """channel / llama.cpp for every metric both report (for tok/s, above 1 is faster)."""
+    out = {}
+    for key in METRICS:
+        mine = channel_figure(channel, key)
+        if mine is not None and llama.get(key):
+            out[key] = round(mine / llama[key], 3)
+    return out
 
 
 def main() -> None:

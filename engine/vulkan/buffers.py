@@ -120,8 +120,17 @@ def _free(ctx: Context, handle, memory, views: list, host: np.ndarray | None) ->
 
 
 def host_buffer(ctx: Context, size: int, label: str) -> DeviceBuffer:
-    """Host-visible, coherent memory, device-local where offered (UMA, ReBAR, lavapipe)."""
-    return DeviceBuffer(ctx, size, HOST_VISIBLE | HOST_COHERENT, DEVICE_LOCAL, label=label)
+    """Host-visible, coherent memory, device-local where offered (UMA, ReBAR, lavapipe);
+    plain host memory when the device-local window (a small BAR) cannot hold it."""
+    try:
+        return DeviceBuffer(ctx, size, HOST_VISIBLE | HOST_COHERENT, DEVICE_LOCAL, label=label)
+    except (MemoryError, ctx.vk.VkError):
+        return DeviceBuffer(ctx, size, HOST_VISIBLE | HOST_COHERENT, HOST_CACHED, label=label)
+
+
+def staging_buffer(ctx: Context, size: int, label: str) -> DeviceBuffer:
+    """Host-visible memory for uploads; never the scarce device-local window."""
+    return DeviceBuffer(ctx, size, HOST_VISIBLE | HOST_COHERENT, label=label)
 
 
 def device_buffer(ctx: Context, size: int, label: str) -> DeviceBuffer:

@@ -71,6 +71,7 @@ class Context:
             max_shared_bytes=int(lim.maxComputeSharedMemorySize),
             max_push_bytes=int(lim.maxPushConstantsSize),
         )
+        self.subgroup_size = self._subgroup_size()
         self.memory = v.vkGetPhysicalDeviceMemoryProperties(self.physical)
         self.queue_family = self._compute_family()
         queue_info = v.VkDeviceQueueCreateInfo(queueFamilyIndex=self.queue_family, queueCount=1,
@@ -111,6 +112,23 @@ class Context:
         ranked = sorted(range(len(devices)), key=lambda i: _TYPE_RANK.get(
             int(v.vkGetPhysicalDeviceProperties(devices[i]).deviceType), 9))
         return ranked[0], devices[ranked[0]]
+
+    def _subgroup_size(self) -> int:
+        """The compute subgroup size; attention runs one subgroup per workgroup and reduces
+        with subgroup arithmetic, so a device without it cannot run the backend."""
+        v, ffi = self.vk, self.ffi
+        sub = ffi.new("VkPhysicalDeviceSubgroupProperties*")
+        sub.sType = v.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES
+        props = ffi.new("VkPhysicalDeviceProperties2*")
+        props.sType = v.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2
+        props.pNext = sub
+        v.lib.vkGetPhysicalDeviceProperties2(self.physical, props)
+        arithmetic = v.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT
+        if not (int(sub.supportedOperations) & arithmetic
+                and int(sub.supportedStages) & v.VK_SHADER_STAGE_COMPUTE_BIT):
+            raise VulkanUnavailableError(
+                f"Vulkan device {self.info.name} lacks subgroup arithmetic in compute shaders")
+        return int(sub.subgroupSize)
 
     def _compute_family(self) -> int:
         families = self.vk.vkGetPhysicalDeviceQueueFamilyProperties(self.physical)

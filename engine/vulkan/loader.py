@@ -22,28 +22,26 @@ class UnsupportedTensorTypeForVulkanError(ChannelError):
 
 
 _vk: ModuleType | None = None
-_import_error: str | None = None
 
 
 def vk() -> ModuleType:
     """The `vulkan` module, imported once; raises VulkanUnavailableError with the reason."""
-    global _vk, _import_error
+    global _vk
     if _vk is not None:
         return _vk
-    if _import_error is None:
-        try:
-            import vulkan  # noqa: PLC0415 - optional dependency, loaded on first use
-
-            _vk = vulkan
-            return _vk
-        except ImportError:
-            _import_error = ("the Python package 'vulkan' is not installed "
-                             "(pip install vulkan==1.3.275.1)")
-        except OSError:
-            # The package dlopens libvulkan.so.1 at import and raises OSError without it.
-            _import_error = ("no Vulkan loader (libvulkan.so.1) on this machine "
-                             "(Debian: apt-get install libvulkan1 mesa-vulkan-drivers)")
-    raise VulkanUnavailableError(_import_error)
+    try:
+        import vulkan  # noqa: PLC0415 - optional dependency, loaded on first use
+    except ImportError:
+        raise VulkanUnavailableError(
+            "the Python package 'vulkan' is not installed (pip install vulkan==1.3.275.1)"
+        ) from None
+    except OSError:
+        # The package dlopens libvulkan.so.1 at import and raises OSError without it.
+        raise VulkanUnavailableError(
+            "no Vulkan loader (libvulkan.so.1) on this machine "
+            "(Debian: apt-get install libvulkan1 mesa-vulkan-drivers)") from None
+    _vk = vulkan
+    return _vk
 
 
 DEVICE_TYPES = {0: "other", 1: "integrated-gpu", 2: "discrete-gpu", 3: "virtual-gpu", 4: "cpu"}
