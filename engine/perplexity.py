@@ -12,11 +12,15 @@ from .model import Model
 
 
 def perplexity(model: Model, text: str, ring_slots: int | None = None) -> dict:
-    ids = model.tokenizer.encode(text)
+    policy = RingPolicy() if ring_slots is None else RingPolicy().scaled_to(ring_slots)
+    return read_and_score(Conversation(model, policy), model.tokenizer.encode(text))
+
+
+def read_and_score(conv: Conversation, ids: list[int]) -> dict:
+    """Ingest `ids` into `conv`, scoring each next token; the conversation stays usable."""
     if len(ids) < 2:
         raise ValueError("perplexity needs a text of at least two tokens")
-    policy = RingPolicy() if ring_slots is None else RingPolicy().scaled_to(ring_slots)
-    conv = Conversation(model, policy)
+    model, policy = conv.model, conv.policy
     output = model.weights.output
     logits = np.empty((policy.prefill_chunk, model.config.vocab_size), np.float32)
     targets = np.asarray(ids[1:] + [ids[-1]], np.int64)  # the last row predicts nothing

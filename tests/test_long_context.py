@@ -10,7 +10,7 @@ import pytest
 
 from engine.config import RingPolicy
 from engine.conversation import Conversation
-from engine.perplexity import perplexity
+from engine.perplexity import perplexity, read_and_score
 from engine.sampler import SamplingSettings
 
 from . import naive_llama
@@ -31,21 +31,24 @@ def test_perplexity_equals_the_reference_definition(tiny_model, tiny_gguf) -> No
     assert result["perplexity"] == pytest.approx(expected, rel=1e-4)
 
 
+# Perplexity of the same text read in isolated 512-token windows (no memory across windows),
+# measured with this model: a ring that carries nothing useful, or a broken rebase, scores
+# about this or worse. The 512-slot ring measures 16.8, a 4096-slot one 14.8.
+ISOLATED_WINDOWS_PPL = 21.2
+
+
 @pytest.mark.real_model
 @pytest.mark.slow
 def test_long_reading_keeps_the_model_sane(real_model) -> None:
-    text = LONG_TEXT.read_text()
-    small = perplexity(real_model, text, ring_slots=512)
+    conv = Conversation(real_model, RingPolicy().scaled_to(512))
+    ids = real_model.tokenizer.encode(LONG_TEXT.read_text())
+    small = read_and_score(conv, ids)
     assert small["tokens"] > 8192 + 2000
     assert small["evicted"] > small["tokens"] - 512 - 256
     assert small["rebases"] >= 1
-    # Licence prose is very predictable; a broken ring or rebase sends this into the hundreds.
-    assert small["perplexity"] < 8.0, small
+    assert small["perplexity"] < 0.9 * ISOLATED_WINDOWS_PPL, small
 
     # Then it still answers a question sensibly, with the ring full and positions rebased.
-    conv = Conversation(real_model, RingPolicy().scaled_to(512))
-    ids = real_model.tokenizer.encode(text)
-    conv.ingest(ids)
     question = (
         "<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
         "<|im_start|>assistant\n"
@@ -54,4 +57,4 @@ def test_long_reading_keeps_the_model_sane(real_model) -> None:
     stops = frozenset({real_model.tokenizer.eos_id})
     reply = conv.generate(SamplingSettings(), max_tokens=24, stop_ids=stops)
     assert "Paris" in real_model.tokenizer.decode(reply.ids)
-    assert conv.ring.rebases >= 1 and conv.ring.next_pos < real_model.config.context_length
+    assert conv.ring.next_pos < real_model.config.context_length
