@@ -54,6 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
     ppl.add_argument("--json", action="store_true")
     ppl.set_defaults(handler=_perplexity)
 
+    send = sub.add_parser("send", help="append a message to a session's stream")
+    _add_common(send)
+    send.add_argument("text", help="the message")
+    send.add_argument("--no-wait", action="store_true", help="do not wait for the reply")
+    send.add_argument("--timeout", type=float, default=120.0, help="seconds to wait")
+    send.set_defaults(handler=_send)
+
     snap = sub.add_parser("snapshot", help="inspect snapshot files")
     snap_sub = snap.add_subparsers(metavar="ACTION", required=True)
     inspect = snap_sub.add_parser("inspect", help="print a snapshot's header and validation")
@@ -184,6 +191,39 @@ def _perplexity(args: argparse.Namespace) -> int:
               f"(ring {result['ring_slots']} slots, {result['evicted']} evicted, "
               f"{result['rebases']} rebases)")
     return 0
+
+
+def _send(args: argparse.Namespace) -> int:
+    """Append a user event; a running engine with the session open answers it."""
+    import time
+
+    from .session import check_session_name
+    from .stream import StreamLog
+
+    if not args.text.strip():
+        raise ValueError("empty message")
+    name = check_session_name(_opt(args, "session", "default"))
+    log = StreamLog(data_dir(args) / f"{name}.stream.jsonl")
+    start = log.read()
+    sent = log.append("user", args.text)
+    if args.no_wait:
+        print(sent.id)
+        return 0
+    offset, deadline = start.end_offset, time.monotonic() + args.timeout
+    seen_ours = False
+    while time.monotonic() < deadline:
+        read = log.read(offset)
+        offset = read.end_offset
+        for event in read.events:
+            seen_ours = seen_ours or event.id == sent.id
+            if seen_ours and event.role == "assistant":
+                print(event.content)
+                return 0
+        time.sleep(0.2)
+    print(f"channel: sent {sent.id}; no engine answered within {args.timeout:g} s (the "
+          f"message is kept and answered when session {name!r} is next opened)",
+          file=sys.stderr)
+    return 3
 
 
 def _snapshot_inspect(args: argparse.Namespace) -> int:

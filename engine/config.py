@@ -77,6 +77,14 @@ class RingPolicy:
             prefill_chunk=min(self.prefill_chunk, max(1, max_slots // 4)),
         )
 
+    @staticmethod
+    def for_model(cfg: ModelConfig) -> RingPolicy:
+        """The default ring, shrunk to fit a model whose context is shorter than it."""
+        default = RingPolicy()
+        if cfg.context_length >= default.max_slots:
+            return default
+        return default.scaled_to(cfg.context_length)
+
     def as_dict(self) -> dict:
         return {
             "max_slots": self.max_slots,

@@ -40,7 +40,7 @@ class Conversation:
     def __init__(self, model: Model, policy: RingPolicy | None = None, seed: int = 0,
                  backend: Backend | None = None):
         self.model = model
-        self.policy = policy or RingPolicy()
+        self.policy = policy or RingPolicy.for_model(model.config)
         self.backend = backend or NumpyBackend()
         self.layout = conversation_layout(model.config, self.policy)
         self.arena = StateArena(self.layout, self.backend.arena_allocator())

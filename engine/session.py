@@ -65,6 +65,7 @@ class TurnResult:
     prompt_tokens: int
     prefill_s: float
     decode_s: float
+    event_id: str  # the assistant event written to the stream
 
     @property
     def prefill_tok_s(self) -> float:
@@ -87,6 +88,7 @@ class Session:
                                      model.config.vocab_size)
         self.snapshots = Snapshotter(self.conversation, self.data_dir / f"{name}.snapshot.bin")
         self.last_event_id: str | None = None
+        self.stream_offset = 0  # bytes of the stream that boot consumed
         self.stop_ids = frozenset(
             i for i in [model.tokenizer.eos_id, *map(model.tokenizer.token_to_id, END_MARKERS)]
             if i is not None
@@ -97,6 +99,7 @@ class Session:
         """Warm boot from the snapshot if it validates, else cold boot from the stream."""
         t0 = time.perf_counter()
         read = self.stream.read()
+        self.stream_offset = read.end_offset
         events = read.events
         if not events:
             system = self.model.template.default_system_prompt()
@@ -190,9 +193,44 @@ class Session:
         if not text.strip():
             raise ValueError("empty message")
         self.last_event_id = self.stream.append("user", text).id
-        t0 = time.perf_counter()
         self.conversation.ring.mark_turn_start()
-        prompt = self.transcript.user_turn(text)
+        return self._respond(self.transcript.user_turn(text), settings, max_tokens, on_text,
+                             should_stop)
+
+    def respond_to(self, event: StreamEvent, settings: SamplingSettings, max_tokens: int,
+                   on_text: TextCallback | None = None,
+                   should_stop: StopCheck | None = None) -> TurnResult:
+        """Answer a user event another program appended to the stream, as if typed here."""
+        self.last_event_id = event.id
+        self.conversation.ring.mark_turn_start()
+        prompt = self.transcript.event_tokens(event, generation_prompt=True)
+        return self._respond(prompt, settings, max_tokens, on_text, should_stop)
+
+    def answer_pending(self, settings: SamplingSettings, max_tokens: int,
+                       on_text: TextCallback | None = None,
+                       should_stop: StopCheck | None = None) -> TurnResult | None:
+        """Answer the last user message if the transcript ends unanswered (say, after a
+        crash mid-turn, or a message sent while no engine ran); None if there is none."""
+        if not self.transcript.pending_user():
+            return None
+        self.conversation.ring.mark_turn_start()
+        prompt = self.transcript.generation_prompt()
+        return self._respond(prompt, settings, max_tokens, on_text, should_stop)
+
+    def ingest_event(self, event: StreamEvent) -> int:
+        """Feed a non-user event another program appended (no reply); tokens fed."""
+        tokens = self.transcript.event_tokens(event, generation_prompt=False)
+        if tokens:
+            self.conversation.ingest(tokens)
+        self.last_event_id = event.id
+        return len(tokens)
+
+    def _respond(self, prompt: list[int], settings: SamplingSettings, max_tokens: int,
+                 on_text: TextCallback | None, should_stop: StopCheck | None) -> TurnResult:
+        # The prompt is ingested whole even if a stop is requested meanwhile: a prompt cut
+        # short would leave the ring out of step with the transcript. Decoding then stops
+        # before the first token, and the turn closes as 'cancelled'.
+        t0 = time.perf_counter()
         self.conversation.ingest(prompt)
         prefill_s = time.perf_counter() - t0
         decoder = self.model.tokenizer.stream_decoder()
@@ -210,7 +248,8 @@ class Session:
             temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
         )
         self.last_event_id = event.id
-        return TurnResult(reply, gen.ids, gen.stop, len(prompt), prefill_s, gen.decode_s)
+        return TurnResult(reply, gen.ids, gen.stop, len(prompt), prefill_s, gen.decode_s,
+                          event.id)
 
     def save(self, wait: bool = True,
              on_done: Callable[[SaveResult], None] | None = None) -> SaveResult:

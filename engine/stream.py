@@ -76,6 +76,9 @@ class StreamLog:
     def __init__(self, path: Path):
         self.path = Path(path)
         self._last_id: ULID | None = None
+        # Ids this process appended and has not yet seen come back through a watcher; a
+        # watcher skips them, so the engine never takes its own appends for new input.
+        self.own_ids: set[str] = set()
 
     def read(self, start: int = 0) -> StreamRead:
         """Every valid event from byte `start` on, plus a warning for each skipped line."""
@@ -124,6 +127,7 @@ class StreamLog:
                     line = b"\n" + line  # never glue a new event onto a torn fragment
                 os.write(fd, line)
                 os.fsync(fd)
+                self.own_ids.add(event.id)
             finally:
                 os.close(fd)
         except OSError as exc:

@@ -68,6 +68,16 @@ class Transcript:
         return encode_with_content(self.tokenizer, self._advance(generation_prompt),
                                    event.content)
 
+    def pending_user(self) -> bool:
+        """The transcript ends with a user message that nothing has answered yet."""
+        return bool(self.messages) and self.messages[-1]["role"] == "user" and (
+            not self.awaiting_reply
+        )
+
+    def generation_prompt(self) -> list[int]:
+        """Tokens that open the assistant's reply after a pending user message."""
+        return self.tokenizer.encode(self._advance(True))
+
     def close_assistant(self, content: str) -> list[int]:
         """Record a reply whose tokens are in the ring; return what the template puts after
         its content (e.g. '<|im_end|>\\n' for ChatML)."""

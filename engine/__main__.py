@@ -1,0 +1,140 @@
+"""`python -m engine`: the engine child process (docs/protocol.md).
+
+stdout carries protocol events only; logs go to stderr and to `engine.log` in the data
+directory. Any of `shutdown`, SIGINT, SIGTERM, SIGHUP, end of stdin or the parent's death
+flushes every open session's snapshot synchronously, then the process exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from .errors import ChannelError
+from .paths import default_cache_dir, default_data_dir, ensure_private_dir
+from .protocol import PROTOCOL_VERSION, encode_event
+
+log = logging.getLogger("channel.engine")
+PR_SET_PDEATHSIG = 1
+
+
+class StdoutEmitter:
+    """Writes one event per line; safe from any thread; a vanished reader is not an error."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._out = sys.stdout
+        self.broken = threading.Event()
+
+    def __call__(self, event: dict) -> None:
+        line = encode_event({k: v for k, v in event.items() if v is not None}) + "\n"
+        with self._lock:
+            if self.broken.is_set():
+                return
+            try:
+                self._out.write(line)
+                self._out.flush()
+            except (BrokenPipeError, ValueError, OSError):
+                self.broken.set()
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m engine", description=__doc__)
+    p.add_argument("--data-dir", type=Path, default=None)
+    p.add_argument("--cache-dir", type=Path, default=None)
+    p.add_argument("--model", type=Path, default=None)
+    p.add_argument("--backend", default="numpy", choices=("auto", "numpy"))
+    p.add_argument("--debounce-s", type=float, default=5.0, help="quiescence before autosave")
+    p.add_argument("--ring-slots", type=int, default=None)
+    return p.parse_args(argv)
+
+
+def setup_logging(data_dir: Path) -> None:
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    try:
+        ensure_private_dir(data_dir)
+        handlers.append(logging.FileHandler(data_dir / "engine.log"))
+    except OSError as exc:
+        print(f"channel engine: cannot write a log in {data_dir}: {exc.strerror}",
+              file=sys.stderr)
+    logging.basicConfig(level=logging.INFO, handlers=handlers,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGTERM us when the parent dies (a poll thread covers other systems)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    data_dir = args.data_dir or default_data_dir()
+    setup_logging(data_dir)
+    emit = StdoutEmitter()
+    parent = os.getppid()
+    die_with_parent()
+    stop_early = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, lambda *_: stop_early.set())
+
+    from .config import RingPolicy
+    from .model import load_model
+
+    def progress(done: int, total: int) -> None:
+        emit({"type": "progress", "phase": "weights", "done": done, "total": total})
+
+    try:
+        model = load_model(args.model, args.cache_dir or default_cache_dir(), progress)
+        policy = RingPolicy().scaled_to(args.ring_slots) if args.ring_slots else None
+    except (ChannelError, ValueError, OSError) as exc:
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        emit({"type": "error", "code": "fatal", "fatal": True, "message": message})
+        log.error("%s", message)
+        return 2
+    if stop_early.is_set():
+        emit({"type": "bye", "reason": "stopped while loading"})
+        return 0
+
+    from .server import EngineServer
+
+    server = EngineServer(model, data_dir, emit, args.debounce_s, policy)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, lambda n, _f: server.request_shutdown(signal.Signals(n).name))
+
+    def read_stdin() -> None:
+        for line in sys.stdin:
+            if line.strip():
+                server.submit_line(line)
+        server.request_shutdown("stdin closed")
+
+    def watch_parent() -> None:
+        while not server.done.wait(0.5):
+            if os.getppid() != parent or emit.broken.is_set():
+                server.request_shutdown("parent exited")
+                return
+
+    threading.Thread(target=read_stdin, name="stdin", daemon=True).start()
+    threading.Thread(target=watch_parent, name="parent-watch", daemon=True).start()
+    compute = threading.Thread(target=server.run, name="compute")
+    compute.start()
+    emit({"type": "ready", "protocol": PROTOCOL_VERSION, **{
+        k: v for k, v in server.hello_event().items() if k not in ("type", "req")}})
+    log.info("ready: %s, data in %s", model.name, data_dir)
+    while not server.done.wait(0.2):  # the main thread stays free to run signal handlers
+        pass
+    compute.join()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

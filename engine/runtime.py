@@ -1,0 +1,86 @@
+"""Per-session state of the engine process: debounce timer, cancel flag, stream position,
+and the compact ring summary that front ends draw."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .session import BootReport, Session
+
+HEAT_LEVELS = 10  # salience is drawn in ten steps: '0'..'9'
+
+
+@dataclass
+class SessionRuntime:
+    session: Session
+    stream_offset: int = 0  # bytes of the stream already seen; the watcher resumes here
+    cancel: threading.Event = field(default_factory=threading.Event)
+    turn_active: bool = False
+    snapshot_state: str = "unchanged"
+    _debounce: threading.Timer | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.session.name
+
+    def arm_debounce(self, delay_s: float, fire: Callable[[], None]) -> None:
+        """(Re)start the quiescence timer: `fire` runs once, delay_s after the last call."""
+        self.disarm_debounce()
+        timer = threading.Timer(delay_s, fire)
+        timer.daemon = True
+        timer.name = f"debounce-{self.name}"
+        self._debounce = timer
+        timer.start()
+
+    def disarm_debounce(self) -> None:
+        if self._debounce is not None:
+            self._debounce.cancel()
+            self._debounce = None
+
+
+def ring_summary(session: Session) -> dict:
+    """Occupancy, anchors, clock and one character per slot for the ring view.
+
+    cells[i] is '.' for a free slot, 'A'..'J' for an anchor, 'a'..'j' for a slot in the recent
+    window and '0'..'9' for any other live slot; the letter or digit is its salience decile
+    relative to the most salient unpinned slot.
+    """
+    conv = session.conversation
+    ring, v = conv.ring, conv.arena.views()
+    n, anchors, capacity = ring.n_active, ring.n_anchors, conv.policy.max_slots
+    recent_from = max(anchors, n - conv.policy.recent_window)
+    salience = v.slot_salience[:n]
+    peak = float(salience[anchors:].max()) if n > anchors else 0.0
+    levels = np.zeros(n, np.int64)
+    if peak > 0:
+        scaled = np.sqrt(np.clip(salience / peak, 0.0, 1.0))  # sqrt: spread the long tail
+        levels = np.minimum((scaled * HEAT_LEVELS).astype(np.int64), HEAT_LEVELS - 1)
+    chars = []
+    for i, level in enumerate(levels.tolist()):
+        if i < anchors:
+            chars.append(chr(ord("A") + level))
+        elif i >= recent_from:
+            chars.append(chr(ord("a") + level))
+        else:
+            chars.append(str(level))
+    return {
+        "active": n, "capacity": capacity, "anchors": anchors, "clock": ring.clock,
+        "next_pos": ring.next_pos, "evicted": ring.evicted, "rebases": ring.rebases,
+        "recent_window": conv.policy.recent_window,
+        "cells": "".join(chars) + "." * (capacity - n),
+    }
+
+
+def boot_fields(report: BootReport) -> dict:
+    return {
+        "kind": report.kind, "reason": report.reason,
+        "restore_ms": round(report.restore_ms, 3), "replay_ms": round(report.replay_ms, 3),
+        "replayed_events": report.replayed_events, "replayed_tokens": report.replayed_tokens,
+        "restored_slots": report.restored_slots, "snapshot_bytes": report.snapshot_bytes,
+        "phases_ms": {k: round(v, 3) for k, v in report.phases_ms.items()},
+        "warnings": report.warnings,
+    }
