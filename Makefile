@@ -24,6 +24,10 @@ run: setup
 test: setup
 	$(BIN)/python -m pytest
 
+# Recompile shaders/*.comp to the committed SPIR-V (needs glslc: Debian package `glslc`).
+shaders: setup
+	$(BIN)/python -m engine.vulkan.compile
+
 lint: setup
 	$(BIN)/ruff check engine channel_tui tests scripts
 

@@ -17,6 +17,7 @@ import numpy as np
 from threadpoolctl import threadpool_info
 
 from .allocs import measure_allocations
+from .backend import Backend, NumpyBackend
 from .bench_snapshot import run_snapshot_benchmarks
 from .conversation import Conversation
 from .model import Model, load_model
@@ -39,17 +40,17 @@ def median_time(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
-def bench_prefill(model: Model, tokens: int, repeat: int) -> float:
+def bench_prefill(model: Model, tokens: int, repeat: int, backend: Backend) -> float:
     ids = synthetic_tokens(model, tokens)
 
     def run() -> None:
-        Conversation(model).ingest(ids)
+        Conversation(model, backend=backend).ingest(ids)
 
     return tokens / median_time(run, repeat)
 
 
-def bench_decode(model: Model, context: int, repeat: int) -> float:
-    conv = Conversation(model)
+def bench_decode(model: Model, context: int, repeat: int, backend: Backend) -> float:
+    conv = Conversation(model, backend=backend)
     if context:
         conv.ingest(synthetic_tokens(model, context, seed=1))
     else:
@@ -65,8 +66,8 @@ def bench_decode(model: Model, context: int, repeat: int) -> float:
     return DECODE_TOKENS / median_time(run, repeat)
 
 
-def bench_allocations(model: Model) -> dict:
-    conv = Conversation(model)
+def bench_allocations(model: Model, backend: Backend) -> dict:
+    conv = Conversation(model, backend=backend)
     conv.ingest(synthetic_tokens(model, 64, seed=3))
     token = iter(synthetic_tokens(model, 64, seed=4))
     conv.forward.decode_one_token(next(token))
@@ -100,38 +101,42 @@ def rss_mb() -> tuple[float, float]:
 
 
 def run_benchmarks(model_path: Path | None, cache_dir: Path, quick: bool = False,
-                   scratch_dir: Path | None = None) -> dict:
+                   scratch_dir: Path | None = None, backend: Backend | None = None) -> dict:
     """All figures in one JSON-ready dict. `scratch_dir` is where snapshot files are written
     (the data directory's disk, so that disk figures describe it)."""
     repeat = 1 if quick else 3
-    result: dict = {"backend": "numpy", "quick": quick}
+    backend = backend or NumpyBackend()
+    f32 = backend.needs_f32_weights
+    result: dict = {"backend": backend.name, "backend_info": backend.describe(), "quick": quick}
 
     with tempfile.TemporaryDirectory(prefix="channel-bench-") as scratch:
         t0 = time.perf_counter()
-        cold = load_model(model_path, scratch)
+        cold = load_model(model_path, scratch, f32_weights=f32)
         result["weights_load_s"] = round(time.perf_counter() - t0, 3)
         del cold
-    load_model(model_path, cache_dir)  # make sure the cached image exists
+    load_model(model_path, cache_dir, f32_weights=f32)  # make sure the cache exists
     result["weights_load_cached_s"] = round(
-        median_time(lambda: load_model(model_path, cache_dir), max(repeat, 3)), 4
+        median_time(lambda: load_model(model_path, cache_dir, f32_weights=f32),
+                    max(repeat, 3)), 4
     )
-    model = load_model(model_path, cache_dir)
+    model = load_model(model_path, cache_dir, f32_weights=f32)
     result["model"] = model.name
     result["model_fingerprint"] = model.fingerprint
-    result["weights_bytes"] = model.weights.nbytes
+    result["weights_bytes"] = model.weights.nbytes if model.weights is not None else None
 
     prefill_tokens = 512 if quick else 2048
     result["prefill_tokens"] = prefill_tokens
-    result["prefill_tok_s"] = round(bench_prefill(model, prefill_tokens, repeat), 2)
+    result["prefill_tok_s"] = round(bench_prefill(model, prefill_tokens, repeat, backend), 2)
     for context in (0, 2048, 4000):
         key = f"decode_tok_s_ring{context}"
         if quick and context:
             continue
-        result[key] = round(bench_decode(model, context, repeat), 2)
-    result.update(bench_allocations(model))
+        result[key] = round(bench_decode(model, context, repeat, backend), 2)
+    result.update(bench_allocations(model, backend))
     scratch = Path(scratch_dir) if scratch_dir else Path(tempfile.gettempdir())
     scratch.mkdir(parents=True, exist_ok=True)
-    result.update(run_snapshot_benchmarks(model, scratch, repeat, 800 if quick else 4000))
+    result.update(run_snapshot_benchmarks(model, scratch, repeat, 800 if quick else 4000,
+                                          backend))
     result["rss_mb"], result["rss_peak_mb"] = (round(x, 1) for x in rss_mb())
     result["machine"] = {
         "platform": platform.platform(),

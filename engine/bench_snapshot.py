@@ -80,16 +80,17 @@ def decode_rate(session: Session, tokens: int, during_save: bool) -> float:
     return rate
 
 
-def run_snapshot_benchmarks(model: Model, scratch: Path, repeat: int, context: int) -> dict:
+def run_snapshot_benchmarks(model: Model, scratch: Path, repeat: int, context: int,
+                            backend=None) -> dict:
     """Needs `context` tokens of real prefill once; everything else reuses that state."""
     out: dict = {}
     policy = RingPolicy()
     with tempfile.TemporaryDirectory(dir=scratch, prefix="snapbench-") as tmp:
         data = Path(tmp)
-        cold = Session(model, data, "bench", policy)
+        cold = Session(model, data, "bench", policy, backend)
         write_stream(cold, conversation_text(model, context))
         cold.boot()  # writes the system event first
-        cold = Session(model, data, "bench", policy)
+        cold = Session(model, data, "bench", policy, backend)
         cold_report = cold.boot(cold=True)
         out["cold_replay_tokens"] = cold_report.replayed_tokens
         out["cold_replay_ms"] = round(cold_report.replay_ms, 1)
@@ -113,7 +114,7 @@ def run_snapshot_benchmarks(model: Model, scratch: Path, repeat: int, context: i
 
         restores, boots = [], []
         for _ in range(repeat):
-            warm = Session(model, data, "bench", policy)
+            warm = Session(model, data, "bench", policy, backend)
             t0 = time.perf_counter()
             report = warm.boot()
             boots.append((time.perf_counter() - t0) * 1e3)
@@ -128,11 +129,11 @@ def run_snapshot_benchmarks(model: Model, scratch: Path, repeat: int, context: i
         )
 
         # Warm vs cold for the `context`-token conversation: replay against restore.
-        small = Session(model, data, "ratio", policy)
+        small = Session(model, data, "ratio", policy, backend)
         write_stream(small, conversation_text(model, context))
         small.boot()
         small.save()
-        warm_small = Session(model, data, "ratio", policy)
+        warm_small = Session(model, data, "ratio", policy, backend)
         warm_report = warm_small.boot()
         out["warm_restore_ms_4000"] = round(warm_report.restore_ms, 2)
         out["warm_vs_cold_ratio"] = round(cold_report.replay_ms / warm_report.restore_ms, 1)

@@ -84,7 +84,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", type=Path, default=d, help="where weight images are cached")
     p.add_argument("--session", default=d, help="session name (default: 'default')")
     p.add_argument("--model", type=Path, default=d, help="a llama-architecture GGUF")
-    p.add_argument("--backend", choices=("auto", "numpy"), default=d)
+    p.add_argument("--backend", choices=("auto", "numpy", "vulkan"), default=d,
+                   help="auto: Vulkan on a GPU (or where measured faster), else numpy")
     p.add_argument("--cold", action="store_true", default=d, help="ignore the snapshot")
 
 
@@ -102,13 +103,34 @@ def cache_dir(args: argparse.Namespace) -> Path:
     return Path(explicit) if explicit else default_cache_dir()
 
 
-def load_model_with_progress(args: argparse.Namespace):
+def pick_backend(args: argparse.Namespace):
+    """The backend for --backend; a fallback from `auto` is said once, on stderr."""
+    requested = _opt(args, "backend", "auto")
+    if requested == "numpy":
+        from .backend import NumpyBackend
+
+        return NumpyBackend()
+    from .gguf_file import fingerprint_file
+    from .paths import default_model_path
+    from .vulkan.select import choose_backend
+
+    path = Path(_opt(args, "model") or default_model_path())
+    fingerprint = fingerprint_file(path) if path.is_file() else None
+    choice = choose_backend(requested, cache_dir(args), fingerprint)
+    if choice.note:
+        print(f"channel: note: {choice.note}", file=sys.stderr)
+    return choice.backend
+
+
+def load_model_with_progress(args: argparse.Namespace, backend=None):
     from .model import load_model
     from .progress import ProgressBar
 
     bar = ProgressBar("building weight image (first run only)")
+    f32 = backend is None or backend.needs_f32_weights
     try:
-        return load_model(_opt(args, "model"), cache_dir(args), progress=bar.update)
+        return load_model(_opt(args, "model"), cache_dir(args), progress=bar.update,
+                          f32_weights=f32)
     finally:
         bar.close()
 
@@ -120,8 +142,9 @@ def _chat(args: argparse.Namespace) -> int:
     settings = SamplingSettings(args.temperature, args.top_k, args.top_p, args.seed)
     if args.max_tokens < 1:
         raise ValueError(f"--max-tokens must be at least 1, got {args.max_tokens}")
-    model = load_model_with_progress(args)
-    session = Session(model, data_dir(args), _opt(args, "session", "default"))
+    backend = pick_backend(args)
+    model = load_model_with_progress(args, backend)
+    session = Session(model, data_dir(args), _opt(args, "session", "default"), backend=backend)
     boot = session.boot(cold=bool(_opt(args, "cold", False)))
     for warning in boot.warnings:
         print(f"channel: warning: {warning}", file=sys.stderr)
@@ -157,7 +180,7 @@ def _chat(args: argparse.Namespace) -> int:
                          "ms": round(saved.ms, 3), "error": saved.error},
             "session": session.name,
             "model": model.name,
-            "backend": "numpy",
+            "backend": backend.name,
         }, ensure_ascii=False))
     else:
         print()
@@ -239,17 +262,23 @@ def _bench(args: argparse.Namespace) -> int:
     from .bench import run_benchmarks
 
     result = run_benchmarks(_opt(args, "model"), cache_dir(args), quick=args.quick,
-                            scratch_dir=data_dir(args))
+                            scratch_dir=data_dir(args), backend=pick_backend(args))
     print(json.dumps(result))
     return 0
 
 
 def _run_line_chat(args: argparse.Namespace) -> int:
-    from .line_chat import run_line_chat
+    """`channel` with no subcommand: the Textual app, which spawns the engine as a child."""
+    from channel_tui.app import run_app
+    from channel_tui.options import AppOptions
 
-    model = load_model_with_progress(args)
-    return run_line_chat(model, data_dir(args), _opt(args, "session", "default"),
-                         cold=bool(_opt(args, "cold", False)))
+    explicit_cache = _opt(args, "cache_dir") or os.environ.get("CHANNEL_CACHE_DIR")
+    return run_app(AppOptions(
+        data_dir=data_dir(args), session=_opt(args, "session", "default"),
+        model=_opt(args, "model"), backend=_opt(args, "backend"),
+        cold=bool(_opt(args, "cold", False)),
+        cache_dir=Path(explicit_cache) if explicit_cache else None,
+    ))
 
 
 if __name__ == "__main__":

@@ -48,18 +48,23 @@ class Conversation:
         self.forward = self.backend.make_forward(model, self.ring)
         self.sampler = Sampler(seed)
         self.sampler.save_state(self.arena.views())
+        self.last_logits: np.ndarray | None = None  # what the last pass returned
 
     def reset(self) -> None:
         """Forget everything; old arena views go stale."""
         self.arena.reset()
         self.sampler.save_state(self.arena.views())
+        self.last_logits = None
 
     def ingest(self, tokens: Sequence[int], *, anchors: bool = False,
                on_hidden: HiddenCallback | None = None,
                should_stop: StopCheck | None = None) -> np.ndarray | None:
         """Prefill `tokens`; return the next-token logits, or None if stopped early."""
-        return self.forward.prefill(tokens, anchors=anchors, on_hidden=on_hidden,
-                                    should_stop=should_stop)
+        logits = self.forward.prefill(tokens, anchors=anchors, on_hidden=on_hidden,
+                                      should_stop=should_stop)
+        if logits is not None:
+            self.last_logits = logits
+        return logits
 
     def generate(self, settings: SamplingSettings, max_tokens: int,
                  stop_ids: frozenset[int], on_token: TokenCallback | None = None,
@@ -78,7 +83,7 @@ class Conversation:
         stop = "max_tokens"
         t0 = time.perf_counter()
         if max_tokens > 0:
-            token = self.sampler.sample(views, settings)
+            token = self.sampler.sample(views, settings, self.last_logits)
             while True:
                 if token in stop_ids:
                     stop = "eot"
@@ -86,11 +91,11 @@ class Conversation:
                 ids.append(token)
                 if on_token is not None:
                     on_token(token)
-                self.forward.decode_one_token(token)
+                self.last_logits = self.forward.decode_one_token(token)
                 if len(ids) >= max_tokens:
                     break
                 if should_stop is not None and should_stop():
                     stop = "cancelled"
                     break
-                token = self.sampler.sample(views, settings)
+                token = self.sampler.sample(views, settings, self.last_logits)
         return Generation(ids, stop, time.perf_counter() - t0)

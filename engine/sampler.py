@@ -61,8 +61,11 @@ class Sampler:
             "uinteger": w[5],
         }
 
-    def sample(self, views: ArenaViews, settings: SamplingSettings) -> int:
-        logits = views.logits
+    def sample(self, views: ArenaViews, settings: SamplingSettings,
+               logits: np.ndarray | None = None) -> int:
+        """Draw the next token from `logits` (default: the arena's; a GPU backend passes its
+        host-cached mirror, since reading device memory from the CPU is slow)."""
+        logits = views.logits if logits is None else logits
         if settings.temperature == 0.0:
             return int(np.argmax(logits))
         probs = views.probs

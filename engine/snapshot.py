@@ -111,9 +111,16 @@ def take_cut(conv: Conversation, stream_id: str, session: dict | None = None) ->
         stream_id=stream_id, turn_boundaries=tuple(ring.turn_boundaries()),
     )
     sections = Sections.plan(n, header.num_layers, header.kv_dim, len(identity_bytes(identity)))
+    k_cache, v_cache = v.k_cache, v.v_cache
+    if getattr(conv.forward, "snapshot_path", "mapped") == "staging":
+        # Device memory the CPU reads slowly: the backend copies the planes on the device into
+        # host-cached buffers first. They are reused by the next call, which cannot come
+        # before this write ends (a second save is BUSY until then).
+        staged = conv.forward.read_regions(["k_cache", "v_cache"])
+        k_cache, v_cache = staged["k_cache"], staged["v_cache"]
     return Cut(header, identity, sections, v.slot_clock[:n].copy(), v.slot_pos[:n].copy(),
                v.slot_active[:n].copy(), v.slot_salience[:n].copy(), v.turn_starts.copy(),
-               v.sampler_state.copy(), v.ring_counters.copy(), v.k_cache, v.v_cache)
+               v.sampler_state.copy(), v.ring_counters.copy(), k_cache, v_cache)
 
 
 class SnapshotWriterStateError(RuntimeError):
@@ -210,6 +217,16 @@ class SnapshotWriter:
         self.tmp.unlink(missing_ok=True)
 
 
+WRITER_NICENESS = 10
+
+
+def _yield_cpu_to_decoding() -> None:
+    """Lower this thread's CPU priority: on a busy machine the decode loop's BLAS threads go
+    first and the writer fills the gaps. On Linux a nice value is per thread."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WRITER_NICENESS)
+
+
 def fsync_directory(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -285,6 +302,7 @@ class Snapshotter:
         return SaveResult(SnapshotStatus.SAVED, self.path, cut.clock)
 
     def _write(self, cut: Cut, on_done) -> None:
+        _yield_cpu_to_decoding()
         t0 = time.perf_counter()
         try:
             size = write_cut(cut, self.path, self.progress)

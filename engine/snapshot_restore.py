@@ -207,6 +207,7 @@ def _copy_into(snap: ParsedSnapshot, conv: Conversation) -> None:
         np.copyto(v.v_cache[layer, :n], snap.slab("v", layer))
     views = conv.arena.invalidate()  # anything holding the old views must not use them now
     conv.sampler.load_state(views)
+    conv.last_logits = None  # logits are scratch: the next pass recomputes them
 
 
 def _close(mapping: mmap.mmap) -> None:

@@ -96,6 +96,7 @@ class Context:
         # One submission runs at a time: a conversation's step waits for its own fence, and the
         # lock keeps two threads from interleaving submit/wait pairs on the one queue.
         self.lock = threading.Lock()
+        self._graveyard: list[tuple[list, list]] = []
 
     @property
     def is_gpu(self) -> bool:
@@ -107,7 +108,8 @@ class Context:
         if wanted is not None:
             if wanted >= len(devices):
                 raise VulkanUnavailableError(
-                    f"CHANNEL_VULKAN_DEVICE={wanted} but only {len(devices)} Vulkan device(s)")
+                    f"device {wanted} was asked for but there are only {len(devices)} "
+                    f"Vulkan device(s)")
             return wanted, devices[wanted]
         ranked = sorted(range(len(devices)), key=lambda i: _TYPE_RANK.get(
             int(v.vkGetPhysicalDeviceProperties(devices[i]).deviceType), 9))
@@ -160,12 +162,28 @@ class Context:
     # -- command buffers --------------------------------------------------------------------
     def command_buffers(self, count: int) -> list:
         v = self.vk
+        self._bury()
         info = v.VkCommandBufferAllocateInfo(commandPool=self.pool, commandBufferCount=count,
                                              level=v.VK_COMMAND_BUFFER_LEVEL_PRIMARY)
         return list(v.vkAllocateCommandBuffers(self.device, info))
 
     def fence(self):
         return self.vk.vkCreateFence(self.device, self.vk.VkFenceCreateInfo(), None)
+
+    def retire(self, command_buffers: list, fences: list) -> None:
+        """Queue a dead pass's command buffers and fences for freeing. A finalizer may run on
+        any thread, and the command pool must only be touched by the thread that records, so
+        they are freed at the next allocation instead of here."""
+        self._graveyard.append((command_buffers, fences))
+
+    def _bury(self) -> None:
+        v = self.vk
+        while self._graveyard:
+            cbs, fences = self._graveyard.pop()
+            if cbs:
+                v.vkFreeCommandBuffers(self.device, self.pool, len(cbs), cbs)
+            for fence in fences:
+                v.vkDestroyFence(self.device, fence, None)
 
 
 _context: Context | None = None

@@ -6,7 +6,6 @@ missing, so `--backend vulkan` can say it in one line and `auto` can fall back t
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -79,6 +78,7 @@ def probe() -> DeviceInfo | str:
 
 
 def requested_device_index() -> int | None:
-    """CHANNEL_VULKAN_DEVICE=N picks physical device N; unset picks the best one."""
-    raw = os.environ.get("CHANNEL_VULKAN_DEVICE", "").strip()
-    return int(raw) if raw.isdigit() else None
+    """The physical device the options ask for; None picks the best one."""
+    from .options import current  # noqa: PLC0415
+
+    return current().device_index

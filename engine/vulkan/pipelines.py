@@ -1,0 +1,107 @@
+"""Compute pipelines: the committed SPIR-V, one descriptor-set layout, specialization constants.
+
+Every shader shares one set layout (shaders/common.glsl lists the bindings) and one push-constant
+block, so one pipeline layout serves them all and a conversation needs one descriptor set.
+Pipelines differ by shader and specialization constants (sizes, weight encoding, epilogue) and
+are cached per process.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from .context import Context
+from .options import DEFAULT_SHADER_DIR
+
+SHADER_DIR = DEFAULT_SHADER_DIR
+
+# Specialization constant ids, as declared in shaders/common.glsl. 'f' marks a float.
+SPEC_IDS = {
+    "WG": 0, "R": 1, "T": 2, "SPLIT": 3, "QTYPE": 4, "MODE": 5, "NORM": 6, "K": 7, "M": 8,
+    "D": 9, "HD": 10, "NH": 11, "NKV": 12, "F": 13, "S": 14, "PROWS": 15, "EPS": 16,
+    "COS_OFF": 17, "SIN_OFF": 18, "NL": 19, "V": 20,
+}
+FLOAT_SPECS = frozenset({"EPS"})
+PUSH_WORDS = 10  # uint fields of common.glsl's Push block
+
+# Binding number -> descriptor type: 0 texel (uniform texel buffer), 1 storage buffer.
+TEXEL, STORAGE = 0, 1
+BINDINGS = {0: TEXEL, 1: TEXEL, 2: STORAGE, 3: STORAGE, 4: STORAGE, 5: TEXEL, 6: STORAGE,
+            7: TEXEL, 8: STORAGE, 9: STORAGE, 10: STORAGE, 11: STORAGE, 12: STORAGE,
+            13: STORAGE, 14: STORAGE, 15: TEXEL, 16: TEXEL, 17: STORAGE}
+SHADERS = ("matmul", "embed", "attention", "mass", "rmsnorm", "rope_rebase", "argmax")
+
+
+class MissingShaderError(FileNotFoundError):
+    pass
+
+
+class Pipelines:
+    """The set layout, pipeline layout and a cache of specialized pipelines for one device."""
+
+    def __init__(self, ctx: Context):
+        v = ctx.vk
+        self.ctx = ctx
+        texel = v.VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER
+        storage = v.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
+        self.descriptor_types = {b: texel if k == TEXEL else storage for b, k in BINDINGS.items()}
+        bindings = [v.VkDescriptorSetLayoutBinding(binding=b, descriptorType=t, descriptorCount=1,
+                                                   stageFlags=v.VK_SHADER_STAGE_COMPUTE_BIT)
+                    for b, t in self.descriptor_types.items()]
+        layout_info = v.VkDescriptorSetLayoutCreateInfo(bindingCount=len(bindings),
+                                                        pBindings=bindings)
+        self.set_layout = v.vkCreateDescriptorSetLayout(ctx.device, layout_info, None)
+        push = v.VkPushConstantRange(stageFlags=v.VK_SHADER_STAGE_COMPUTE_BIT, offset=0,
+                                     size=4 * PUSH_WORDS)
+        self.layout = v.vkCreatePipelineLayout(ctx.device, v.VkPipelineLayoutCreateInfo(
+            setLayoutCount=1, pSetLayouts=[self.set_layout], pushConstantRangeCount=1,
+            pPushConstantRanges=[push]), None)
+        self._modules: dict[str, object] = {}
+        self._pipelines: dict[tuple, object] = {}
+
+    def module(self, name: str):
+        if name not in self._modules:
+            path = SHADER_DIR / f"{name}.spv"
+            try:
+                code = path.read_bytes()
+            except FileNotFoundError:
+                raise MissingShaderError(
+                    f"shader binary {path} is missing (run `make shaders`)") from None
+            v = self.ctx.vk
+            info = v.VkShaderModuleCreateInfo(codeSize=len(code), pCode=code)
+            self._modules[name] = v.vkCreateShaderModule(self.ctx.device, info, None)
+        return self._modules[name]
+
+    def get(self, name: str, spec: dict[str, float]):
+        """The pipeline of shader `name` with these specialization constants (cached)."""
+        key = (name, tuple(sorted(spec.items())))
+        if key not in self._pipelines:
+            self._pipelines[key] = self._create(name, spec)
+        return self._pipelines[key]
+
+    def _create(self, name: str, spec: dict[str, float]):
+        v, ffi = self.ctx.vk, self.ctx.ffi
+        entries, data = [], b""
+        for key, value in sorted(spec.items(), key=lambda kv: SPEC_IDS[kv[0]]):
+            entries.append(v.VkSpecializationMapEntry(constantID=SPEC_IDS[key], offset=len(data),
+                                                      size=4))
+            data += struct.pack("<f" if key in FLOAT_SPECS else "<I", value)
+        blob = ffi.new("char[]", data)
+        info = v.VkSpecializationInfo(mapEntryCount=len(entries), pMapEntries=entries,
+                                      dataSize=len(data), pData=blob)
+        stage = v.VkPipelineShaderStageCreateInfo(stage=v.VK_SHADER_STAGE_COMPUTE_BIT,
+                                                  module=self.module(name), pName="main",
+                                                  pSpecializationInfo=info)
+        create = v.VkComputePipelineCreateInfo(stage=stage, layout=self.layout)
+        pipeline = v.vkCreateComputePipelines(self.ctx.device, None, 1, [create], None)[0]
+        del blob, info  # kept alive until the driver has read them
+        return pipeline
+
+
+_pipelines: dict[int, Pipelines] = {}
+
+
+def get_pipelines(ctx: Context) -> Pipelines:
+    if id(ctx) not in _pipelines:
+        _pipelines[id(ctx)] = Pipelines(ctx)
+    return _pipelines[id(ctx)]

@@ -1,0 +1,54 @@
+"""Workgroup shapes per device kind, and the matmul tiling they imply.
+
+CPU drivers (lavapipe) run a workgroup's invocations as SIMD lanes on one thread, so each
+invocation owns whole rows and walks K alone (SPLIT = 1), and several rows per invocation share
+each staged input load. GPUs want many threads per row: SPLIT lanes stride over a row's blocks
+and reduce through shared memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .context import Context
+from .options import current
+
+
+@dataclass(frozen=True)
+class Tuning:
+    wg: int  # matmul workgroup size
+    rows: int  # R: rows per row group (even: RoPE pairs stay in one invocation)
+    split: int  # SPLIT: invocations per row group
+    max_tokens: int  # T cap for prefill tiles
+    prefill_chunk: int  # largest prefill pass; bounds the probability scratch
+    small_wg: int  # workgroup size of the other shaders
+
+    @property
+    def rows_per_group(self) -> int:
+        return self.rows * (self.wg // self.split)
+
+
+CPU = Tuning(wg=32, rows=8, split=1, max_tokens=4, prefill_chunk=128, small_wg=32)
+# GPU prefill keeps T at 4: each token holds 8 input vec4s in registers per invocation.
+GPU = Tuning(wg=128, rows=2, split=16, max_tokens=4, prefill_chunk=256, small_wg=128)
+
+
+def tuning_for(ctx: Context) -> Tuning:
+    """GPU or CPU shapes by device type; options.tuning = "gpu"|"cpu" overrides (tests run the
+    GPU shapes on lavapipe this way)."""
+    forced = (current().tuning or "").lower()
+    if forced in ("gpu", "cpu"):
+        return GPU if forced == "gpu" else CPU
+    return GPU if ctx.is_gpu else CPU
+
+
+def matmul_tokens(t: Tuning, gate_up: bool, max_shared: int, decode: bool) -> int:
+    """Tokens per matmul workgroup: up to max_tokens, as many as the SPLIT reduction's shared
+    memory holds ([WG, rows, T] floats), a power of two."""
+    if decode:
+        return 1
+    nr = 2 * t.rows if gate_up else t.rows
+    tokens = t.max_tokens
+    while tokens > 1 and t.split > 1 and 4 * t.wg * nr * tokens > max_shared:
+        tokens //= 2
+    return tokens

@@ -1,0 +1,128 @@
+// Shared declarations of every Channel compute shader: one descriptor set, one push-constant
+// block and one list of specialization constants, so a single pipeline layout serves them all.
+// A shader declares what it uses; the host passes every constant to every pipeline.
+
+#extension GL_EXT_control_flow_attributes : require
+
+// ---- specialization constants (ids match engine/vulkan/pipelines.py SPEC_IDS) -----------------
+layout(constant_id = 0) const uint WG = 64;      // invocations per workgroup
+layout(constant_id = 1) const uint R = 4;        // matmul: output rows per row group
+layout(constant_id = 2) const uint T = 1;        // matmul: tokens per workgroup
+layout(constant_id = 3) const uint SPLIT = 1;    // matmul: invocations sharing one row group
+layout(constant_id = 4) const uint QTYPE = 2;    // weight encoding, see QT_* below
+layout(constant_id = 5) const uint MODE = 0;     // matmul epilogue, see MODE_* below
+layout(constant_id = 6) const uint NORM = 0;     // matmul: 1 = RMSNorm the input rows first
+layout(constant_id = 7) const uint K = 32;       // matmul: input width
+layout(constant_id = 8) const uint M = 32;       // matmul: output rows (per half for gate|up)
+layout(constant_id = 9) const uint D = 64;       // d_model
+layout(constant_id = 10) const uint HD = 16;     // head_dim
+layout(constant_id = 11) const uint NH = 4;      // query heads
+layout(constant_id = 12) const uint NKV = 2;     // K/V heads
+layout(constant_id = 13) const uint F = 128;     // ffn_dim
+layout(constant_id = 14) const uint S = 64;      // ring slots
+layout(constant_id = 15) const uint PROWS = 8;   // rows of the probability scratch
+layout(constant_id = 16) const float EPS = 1e-5; // RMSNorm epsilon
+layout(constant_id = 17) const uint COS_OFF = 0; // VEC offset of the (context, HD/2) cos table
+layout(constant_id = 18) const uint SIN_OFF = 0; // VEC offset of the sin table
+layout(constant_id = 19) const uint NL = 2;      // layers
+layout(constant_id = 20) const uint V = 256;     // vocabulary (logits)
+
+const uint QD = NH * HD;     // query width
+const uint KVD = NKV * HD;   // key (and value) width
+const uint HALF = HD / 2;    // RoPE pairs per head
+
+// Weight encodings: every matrix is stored as 32-element blocks, a block's payload as TPB
+// RGBA32UI texels in WQ and its scale word (half2: d, m) in WS.
+const uint QT_F32 = 0;
+const uint QT_F16 = 1;
+const uint QT_Q4_0 = 2;
+const uint QT_Q4_1 = 3;
+const uint QT_Q8_0 = 8;
+
+// Matmul epilogues.
+const uint MODE_STORE = 0;   // act[out + t*M + row] = y
+const uint MODE_QKV = 1;     // RoPE q and k; q -> act, k/v -> the arena's K/V planes
+const uint MODE_RESID = 2;   // act[out + t*D + row] += y (residual add)
+const uint MODE_GATEUP = 3;  // act[out + t*F + row] = silu(gate) * up
+const uint MODE_LOGITS = 4;  // logits[row] = y, for the chunk's last token only
+
+// ---- resources ---------------------------------------------------------------------------------
+layout(binding = 0) uniform usamplerBuffer WQ;        // weight payload texels, all matrices
+layout(binding = 1) uniform usamplerBuffer WS;        // one scale word per weight block
+layout(std430, binding = 2) readonly buffer Vec { float vec[]; };   // norms, RoPE tables
+layout(std430, binding = 3) buffer Act { float act[]; };            // activations scratch
+layout(std430, binding = 4) buffer KW { float kc[]; };              // arena k_cache [NL,S,KVD]
+layout(binding = 5) uniform samplerBuffer KT;         // the same k_cache, as RGBA32F texels
+layout(std430, binding = 6) buffer VW { float vc[]; };              // arena v_cache [NL,S,KVD]
+layout(binding = 7) uniform samplerBuffer VT;         // the same v_cache, as RGBA32F texels
+layout(std430, binding = 8) buffer Mass { float mass[]; };          // arena mass [S]
+layout(std430, binding = 9) buffer Logits { float logits[]; };      // arena logits [V]
+layout(std430, binding = 10) readonly buffer Params {
+    uint C;      // tokens in this pass
+    uint n0;     // first slot the pass writes
+    uint pos0;   // RoPE position of that slot
+    uint N;      // slots live once the pass is done (n0 + C)
+    uint pad0, pad1, pad2, pad3;
+    int tokens[];  // [C] token ids
+} prm;
+layout(std430, binding = 11) buffer Probs { float probs[]; };   // [PROWS, S] then [PROWS] 1/sum
+layout(std430, binding = 12) buffer Hidden { float hidden[]; }; // [C, D] final-normed rows
+layout(std430, binding = 13) readonly buffer RotCos { float rot_cos[]; };  // arena [S, HALF]
+layout(std430, binding = 14) readonly buffer RotSin { float rot_sin[]; };  // arena [S, HALF]
+layout(binding = 15) uniform samplerBuffer ACTT;     // the act buffer, as RGBA32F texels
+layout(binding = 16) uniform samplerBuffer VECT;     // the vec buffer, as RGBA32F texels
+layout(std430, binding = 17) buffer Out { uint outw[]; };  // [4] argmax index, its logit bits
+
+layout(push_constant) uniform Push {
+    uint w_texel;   // matmul, embed: first WQ texel of the matrix
+    uint w_block;   // matmul, embed: first WS word of the matrix
+    uint norm_off;  // matmul, rmsnorm: VEC offset of the norm weights
+    uint in_off;    // act offset of the input rows
+    uint out_off;   // act offset of the output rows
+    uint layer;     // K/V plane
+    uint p_row0;    // first probability row of this pass
+    uint count;     // mass: rows to sum; rebase: live slots
+    uint flags;     // mass: 1 = add to mass instead of overwriting it
+    uint per_t;     // mass: probability rows per query token
+} pc;
+
+// Texels per 32-element block, by encoding.
+uint texels_per_block(uint qt) {
+    return qt == QT_F32 ? 8u : (qt == QT_F16 ? 4u : (qt == QT_Q8_0 ? 2u : 1u));
+}
+
+// One block's 32 weights as w[i] * d + m: w holds the raw integer codes (or the exact values
+// for float encodings, with d = 1 and m = 0), so a dot product can apply d and m once per block.
+void load_block(uint first, uint blk, out vec4 w[8], out float d, out float m) {
+    if (QTYPE == QT_F32) {
+        [[unroll]] for (uint i = 0; i < 8; i++) w[i] = uintBitsToFloat(texelFetch(WQ, int(first + i)));
+        d = 1.0;
+        m = 0.0;
+    } else if (QTYPE == QT_F16) {
+        [[unroll]] for (uint i = 0; i < 4; i++) {
+            uvec4 h = texelFetch(WQ, int(first + i));
+            w[2 * i] = vec4(unpackHalf2x16(h.x), unpackHalf2x16(h.y));
+            w[2 * i + 1] = vec4(unpackHalf2x16(h.z), unpackHalf2x16(h.w));
+        }
+        d = 1.0;
+        m = 0.0;
+    } else if (QTYPE == QT_Q8_0) {
+        [[unroll]] for (uint i = 0; i < 2; i++) {
+            uvec4 q = texelFetch(WQ, int(first + i));
+            [[unroll]] for (uint c = 0; c < 4; c++) {
+                w[4 * i + c] = vec4(ivec4(uvec4(q[c]) << uvec4(24, 16, 8, 0)) >> 24);  // int8s
+            }
+        }
+        d = unpackHalf2x16(texelFetch(WS, int(blk)).x).x;
+        m = 0.0;
+    } else {  // Q4_0, Q4_1: byte j holds element j (low nibble) and element j + 16 (high)
+        uvec4 q = texelFetch(WQ, int(first));
+        [[unroll]] for (uint c = 0; c < 4; c++) {
+            w[c] = vec4((uvec4(q[c]) >> uvec4(0, 8, 16, 24)) & 15u);
+            w[c + 4] = vec4((uvec4(q[c]) >> uvec4(4, 12, 20, 28)) & 15u);
+        }
+        vec2 dm = unpackHalf2x16(texelFetch(WS, int(blk)).x);
+        d = dm.x;
+        m = QTYPE == QT_Q4_1 ? dm.y : -8.0 * dm.x;
+    }
+}

@@ -1,0 +1,29 @@
+#version 450
+// Embedding lookup: act[out + t*D ..] = dequantized row tokens[t] of the embedding matrix.
+// One invocation per (token, 32-element block).
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+
+layout(local_size_x_id = 0) in;
+
+const uint NBD = D / 32;  // blocks per embedding row
+const uint TPB = QTYPE == QT_F32 ? 8 : (QTYPE == QT_F16 ? 4 : (QTYPE == QT_Q8_0 ? 2 : 1));
+
+void main() {
+    uint id = gl_GlobalInvocationID.x;
+    uint t = id / NBD, b = id % NBD;
+    if (t >= prm.C) return;
+    uint blk = uint(prm.tokens[t]) * NBD + b;
+    vec4 w[8];
+    float d, m;
+    load_block(pc.w_texel + blk * TPB, pc.w_block + blk, w, d, m);
+    uint base = pc.out_off + t * D + b * 32;
+    [[unroll]] for (uint i = 0; i < 8; i++) {
+        // Element order inside a block: vec4 i holds elements 4i .. 4i+3.
+        vec4 x = w[i] * d + m;
+        act[base + 4 * i] = x.x;
+        act[base + 4 * i + 1] = x.y;
+        act[base + 4 * i + 2] = x.z;
+        act[base + 4 * i + 3] = x.w;
+    }
+}

@@ -1,0 +1,160 @@
+"""The Vulkan backend against the numpy backend on tiny random-weight models (lavapipe in CI).
+
+Logits, keys, values and attention mass must agree to float tolerance at every step, for every
+weight encoding the shaders read; the arena must keep numpy's exact K/V layout.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
+
+from engine.allocs import measure_allocations
+from engine.config import RingPolicy
+from engine.conversation import Conversation
+from engine.model import load_model
+from engine.vulkan import UnsupportedTensorTypeForVulkanError, options, probe
+from engine.vulkan.options import VulkanOptions
+
+from .tiny_model import TinySpec, write_tiny_gguf
+
+TOKENS = [1, 40, 77, 200, 13, 99, 5, 250, 31, 64, 128, 7, 8, 9, 180, 44, 2, 1, 66, 67]
+POLICY = RingPolicy(max_slots=64, recent_window=8, evict_batch=4, prefill_chunk=6)
+ATOL = 5e-5
+
+
+@pytest.fixture(scope="module")
+def vk_backend():
+    info = probe()
+    if isinstance(info, str):
+        pytest.skip(info)
+    from engine.vulkan.backend import VulkanBackend
+
+    return VulkanBackend()
+
+
+def tiny(tmp_path_factory, qtype: QT, **kw):
+    path = tmp_path_factory.mktemp(f"vk-{qtype.name}") / "tiny.gguf"
+    write_tiny_gguf(path, TinySpec(tensor_type=qtype, **kw))
+    return load_model(path, path.parent / "cache")
+
+
+def run_steps(model, backend, ids, policy=POLICY):
+    """Prefill the first 5 tokens, decode the rest; every step's logits."""
+    conv = Conversation(model, policy, backend=backend)
+    rows = [conv.ingest(ids[:5]).copy()]
+    rows += [conv.forward.decode_one_token(t).copy() for t in ids[5:]]
+    return np.stack(rows), conv
+
+
+@pytest.mark.parametrize("qtype", [QT.F32, QT.F16, QT.Q8_0, QT.Q4_0, QT.Q4_1])
+def test_every_step_matches_numpy(tmp_path_factory, vk_backend, qtype) -> None:
+    model = tiny(tmp_path_factory, qtype)
+    want, ref = run_steps(model, None, TOKENS)
+    got, conv = run_steps(model, vk_backend, TOKENS)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, atol=ATOL, rtol=0)
+    a, b, n = ref.arena.views(), conv.arena.views(), len(TOKENS)
+    np.testing.assert_allclose(b.k_cache[:, :n], a.k_cache[:, :n], atol=ATOL, rtol=0)
+    np.testing.assert_allclose(b.v_cache[:, :n], a.v_cache[:, :n], atol=ATOL, rtol=0)
+    np.testing.assert_allclose(b.slot_salience[:n], a.slot_salience[:n], atol=1e-5, rtol=0)
+    assert list(b.slot_pos[:n]) == list(a.slot_pos[:n])
+
+
+def test_chunked_prefill_and_hidden_rows_match_numpy(tmp_path_factory, vk_backend) -> None:
+    model = tiny(tmp_path_factory, QT.Q4_1, tied=False, seed=5)
+    rows = {}
+    for name, backend in (("numpy", None), ("vulkan", vk_backend)):
+        conv = Conversation(model, POLICY, backend=backend)
+        hidden: list[np.ndarray] = []
+        last = conv.ingest(TOKENS, on_hidden=lambda h, out=hidden: out.append(h.copy()))
+        rows[name] = (np.concatenate(hidden), last.copy(), conv.arena.views().mass.copy())
+    assert rows["vulkan"][0].shape == (len(TOKENS), model.config.d_model)
+    np.testing.assert_allclose(rows["vulkan"][0], rows["numpy"][0], atol=ATOL, rtol=0)
+    np.testing.assert_allclose(rows["vulkan"][1], rows["numpy"][1], atol=ATOL, rtol=0)
+
+
+def test_kv_layout_is_numpys(tiny_model, vk_backend) -> None:
+    conv = Conversation(tiny_model, POLICY, backend=vk_backend)
+    ref = Conversation(tiny_model, POLICY)
+    for c in (conv, ref):
+        c.ingest(TOKENS[:7])
+    a, b = ref.arena.views(), conv.arena.views()
+    cfg = tiny_model.config
+    for name in ("k_cache", "v_cache"):
+        va, vb = getattr(a, name), getattr(b, name)
+        assert vb.dtype == va.dtype == np.float32
+        assert vb.shape == va.shape == (cfg.n_layers, POLICY.max_slots, cfg.kv_dim)
+        assert vb.strides == va.strides
+        assert conv.layout[name].offset == ref.layout[name].offset
+        np.testing.assert_allclose(vb[:, :7], va[:, :7], atol=ATOL, rtol=0)
+
+
+def test_arena_is_mapped_device_memory(tiny_model, vk_backend) -> None:
+    conv = Conversation(tiny_model, POLICY, backend=vk_backend)
+    desc = vk_backend.describe()
+    assert desc["arena_memory"].startswith("mapped")
+    # lavapipe and UMA read the mapping directly; a GPU's uncached BAR window stages copies.
+    assert desc["snapshot_path"] == conv.forward.snapshot_path
+    assert desc["snapshot_path"] == ("staging" if desc["device"]["type"].endswith("gpu")
+                                     and "HOST_CACHED" not in desc["arena_memory"]
+                                     else "mapped")
+    buf = conv.forward.res.arena_buf
+    assert buf.address <= conv.arena.base_address
+    assert conv.arena.base_address + conv.arena.nbytes <= buf.address + buf.size
+    assert not conv.arena.views().k_cache.any()  # zeroed, like np.zeros
+
+
+def test_decode_allocates_no_numpy_buffers(tiny_model, vk_backend) -> None:
+    conv = Conversation(tiny_model, POLICY, backend=vk_backend)
+    conv.ingest(TOKENS[:4])
+    tokens = iter(TOKENS * 2)
+    conv.forward.decode_one_token(next(tokens))
+    report = measure_allocations(lambda: conv.forward.decode_one_token(next(tokens)), 8)
+    assert report.numpy_new_buffers == 0
+
+
+def test_greedy_generation_matches_numpy(tiny_model, vk_backend) -> None:
+    from engine.sampler import SamplingSettings
+
+    out = []
+    for backend in (None, vk_backend):
+        conv = Conversation(tiny_model, POLICY, backend=backend)
+        conv.ingest(TOKENS[:9])
+        out.append(conv.generate(SamplingSettings(), 24, frozenset()).ids)
+    assert out[0] == out[1]
+
+
+def test_unreadable_tensor_type_is_a_clear_error(tmp_path_factory, vk_backend) -> None:
+    model = tiny(tmp_path_factory, QT.Q5_0)
+    with pytest.raises(UnsupportedTensorTypeForVulkanError, match="Q5_0|ggml type 6"):
+        Conversation(model, POLICY, backend=vk_backend)
+
+
+def test_device_argmax_is_nps(tiny_model, vk_backend) -> None:
+    conv = Conversation(tiny_model, POLICY, backend=vk_backend)
+    logits = conv.ingest(TOKENS[:5])
+    for t in TOKENS[5:12]:
+        assert conv.forward.greedy_token == int(np.argmax(logits))
+        logits = conv.forward.decode_one_token(t)
+
+
+@pytest.mark.parametrize("staging", [False, True], ids=["mapped", "staging"])
+def test_snapshot_regions_and_logits_read_back_equal(tiny_model, vk_backend, monkeypatch,
+                                                     staging) -> None:
+    """Both snapshot paths: the mapped views, and the device copy into host-cached memory
+    that a GPU whose arena sits in its uncached BAR window takes (forced here)."""
+    monkeypatch.setattr(options, "_current", VulkanOptions(force_staging=staging))
+    conv = Conversation(tiny_model, POLICY, backend=vk_backend)
+    logits = conv.ingest(TOKENS[:9])
+    logits = conv.forward.decode_one_token(TOKENS[9])
+    v = conv.arena.views()
+    staged = staging or not conv.forward.res.arena_buf.memory_flags & 0x8  # not HOST_CACHED
+    assert conv.forward.snapshot_path == ("staging" if staged else "mapped")
+    assert (logits is v.logits) != staged
+    np.testing.assert_array_equal(logits, v.logits)
+    names = ["k_cache", "v_cache", "slot_salience", "slot_pos"]
+    got = conv.forward.read_regions(names)
+    for name in names:
+        np.testing.assert_array_equal(got[name], getattr(v, name))

@@ -1,0 +1,68 @@
+"""`--backend auto|numpy|vulkan`: fallbacks and their one-line reasons."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.backend import NumpyBackend
+from engine.vulkan import VulkanUnavailableError, loader, options, probe
+from engine.vulkan import select as sel
+from engine.vulkan.options import VulkanOptions
+
+
+def test_numpy_is_always_available() -> None:
+    choice = sel.choose_backend("numpy")
+    assert isinstance(choice.backend, NumpyBackend) and choice.note is None
+
+
+def test_unknown_backend_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown backend"):
+        sel.choose_backend("cuda")
+
+
+def test_auto_without_vulkan_falls_back_with_one_reason(monkeypatch) -> None:
+    monkeypatch.setattr(sel, "probe", lambda: "no Vulkan loader (libvulkan.so.1) on this machine")
+    choice = sel.choose_backend("auto")
+    assert isinstance(choice.backend, NumpyBackend)
+    assert "libvulkan" in choice.note and "numpy" in choice.note and "\n" not in choice.note
+
+
+def test_missing_package_and_loader_are_named(monkeypatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def fake_import(name, *args, **kwargs):
+        if name == "vulkan":
+            raise OSError("cannot load libvulkan.so.1")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(loader, "_vk", None)
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    with pytest.raises(VulkanUnavailableError, match="libvulkan"):
+        loader.vk()
+
+
+def test_vulkan_without_a_device_says_what_is_missing(monkeypatch) -> None:
+    import engine.vulkan.backend as vb
+
+    def no_device():
+        raise VulkanUnavailableError("Vulkan has no device: install mesa-vulkan-drivers")
+
+    monkeypatch.setattr(vb, "get_context", no_device)
+    with pytest.raises(VulkanUnavailableError, match="mesa-vulkan-drivers"):
+        sel.choose_backend("vulkan")
+
+
+def test_auto_on_a_cpu_device_follows_the_measurement(tmp_path, monkeypatch) -> None:
+    info = probe()
+    if isinstance(info, str):
+        pytest.skip(info)
+    if info.is_gpu:
+        pytest.skip("a GPU is always taken")
+    monkeypatch.setattr(options, "_current", VulkanOptions(allow_cpu_device=False))
+    assert isinstance(sel.choose_backend("auto", tmp_path, "fp").backend, NumpyBackend)
+    sel.record_measurement(tmp_path, info, "fp", vulkan_tok_s=30.0, numpy_tok_s=20.0)
+    assert sel.choose_backend("auto", tmp_path, "fp").backend.name == "vulkan"
+    sel.record_measurement(tmp_path, info, "fp", vulkan_tok_s=10.0, numpy_tok_s=20.0)
+    assert sel.choose_backend("auto", tmp_path, "fp").backend.name == "numpy"
