@@ -49,7 +49,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--data-dir", type=Path, default=None)
     p.add_argument("--cache-dir", type=Path, default=None)
     p.add_argument("--model", type=Path, default=None)
-    p.add_argument("--backend", default="numpy", choices=("auto", "numpy"))
+    p.add_argument("--backend", default="auto", choices=("auto", "numpy", "vulkan"))
     p.add_argument("--debounce-s", type=float, default=5.0, help="quiescence before autosave")
     p.add_argument("--ring-slots", type=int, default=None)
     return p.parse_args(argv)
@@ -76,6 +76,25 @@ def die_with_parent() -> None:
         pass
 
 
+def choose(requested: str, model: Path | None, cache_dir: Path, emit) -> object:
+    """The compute backend; a fallback from `auto` is reported once, as a warning event."""
+    from .backend import NumpyBackend
+
+    if requested == "numpy":
+        return NumpyBackend()
+    from .gguf_file import fingerprint_file
+    from .paths import default_model_path
+    from .vulkan.select import choose_backend
+
+    path = Path(model) if model else default_model_path()
+    fingerprint = fingerprint_file(path) if path.is_file() else None
+    choice = choose_backend(requested, cache_dir, fingerprint)
+    if choice.note:
+        log.warning("%s", choice.note)
+        emit({"type": "warning", "message": choice.note})
+    return choice.backend
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     data_dir = args.data_dir or default_data_dir()
@@ -94,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         emit({"type": "progress", "phase": "weights", "done": done, "total": total})
 
     try:
-        model = load_model(args.model, args.cache_dir or default_cache_dir(), progress)
+        backend = choose(args.backend, args.model, args.cache_dir or default_cache_dir(), emit)
+        model = load_model(args.model, args.cache_dir or default_cache_dir(), progress,
+                           f32_weights=backend.needs_f32_weights)
         policy = RingPolicy().scaled_to(args.ring_slots) if args.ring_slots else None
     except (ChannelError, ValueError, OSError) as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -107,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from .server import EngineServer
 
-    server = EngineServer(model, data_dir, emit, args.debounce_s, policy)
+    server = EngineServer(model, data_dir, emit, args.debounce_s, policy, backend)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda n, _f: server.request_shutdown(signal.Signals(n).name))
 
