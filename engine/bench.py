@@ -25,10 +25,10 @@ from .model import Model, load_model
 DECODE_TOKENS = 32
 
 
-def synthetic_tokens(model: Model, count: int, seed: int = 0) -> list[int]:
+def synthetic_tokens(vocab_size: int, count: int, seed: int = 0) -> list[int]:
     """Ordinary vocabulary ids (no control tokens), reproducible."""
     rng = np.random.default_rng(seed)
-    return [int(t) for t in rng.integers(100, model.config.vocab_size - 100, size=count)]
+    return [int(t) for t in rng.integers(100, vocab_size - 100, size=count)]
 
 
 def median_time(fn, repeat: int) -> float:
@@ -41,7 +41,7 @@ def median_time(fn, repeat: int) -> float:
 
 
 def bench_prefill(model: Model, tokens: int, repeat: int, backend: Backend) -> float:
-    ids = synthetic_tokens(model, tokens)
+    ids = synthetic_tokens(model.config.vocab_size, tokens)
 
     def run() -> None:
         Conversation(model, backend=backend).ingest(ids)
@@ -52,10 +52,10 @@ def bench_prefill(model: Model, tokens: int, repeat: int, backend: Backend) -> f
 def bench_decode(model: Model, context: int, repeat: int, backend: Backend) -> float:
     conv = Conversation(model, backend=backend)
     if context:
-        conv.ingest(synthetic_tokens(model, context, seed=1))
+        conv.ingest(synthetic_tokens(model.config.vocab_size, context, seed=1))
     else:
-        conv.ingest(synthetic_tokens(model, 1, seed=1))
-    token = iter(synthetic_tokens(model, DECODE_TOKENS * (repeat + 1), seed=2))
+        conv.ingest(synthetic_tokens(model.config.vocab_size, 1, seed=1))
+    token = iter(synthetic_tokens(model.config.vocab_size, DECODE_TOKENS * (repeat + 1), seed=2))
     conv.forward.decode_one_token(next(token))  # warm-up
 
     def run() -> None:
@@ -68,8 +68,8 @@ def bench_decode(model: Model, context: int, repeat: int, backend: Backend) -> f
 
 def bench_allocations(model: Model, backend: Backend) -> dict:
     conv = Conversation(model, backend=backend)
-    conv.ingest(synthetic_tokens(model, 64, seed=3))
-    token = iter(synthetic_tokens(model, 64, seed=4))
+    conv.ingest(synthetic_tokens(model.config.vocab_size, 64, seed=3))
+    token = iter(synthetic_tokens(model.config.vocab_size, 64, seed=4))
     conv.forward.decode_one_token(next(token))
     steps = 16
     report = measure_allocations(lambda: conv.forward.decode_one_token(next(token)), steps)

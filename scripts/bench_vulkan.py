@@ -46,19 +46,15 @@ def cpu_s() -> float:
 
 
 def synthetic(vocab: int, count: int, seed: int) -> list[int]:
-    import numpy as np
+    from engine.bench import synthetic_tokens
 
-    rng = np.random.default_rng(seed)
-    return [int(t) for t in rng.integers(100, vocab - 100, size=count)]
+    return synthetic_tokens(vocab, count, seed)
 
 
 def timed(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    from engine.bench import median_time
+
+    return median_time(fn, repeat)
 
 
 # -- engine backends -------------------------------------------------------------------------

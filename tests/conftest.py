@@ -40,3 +40,16 @@ def tiny_model(tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Mod
 @pytest.fixture
 def tiny_spec() -> TinySpec:
     return TinySpec()
+
+
+@pytest.fixture(scope="module")
+def vk_backend():
+    """The Vulkan backend on whatever device exists (lavapipe in CI); skips without one."""
+    from engine.vulkan.loader import probe
+
+    info = probe()
+    if isinstance(info, str):
+        pytest.skip(info)
+    from engine.vulkan.backend import VulkanBackend
+
+    return VulkanBackend()

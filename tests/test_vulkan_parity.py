@@ -14,7 +14,7 @@ from engine.allocs import measure_allocations
 from engine.config import RingPolicy
 from engine.conversation import Conversation
 from engine.model import load_model
-from engine.vulkan import UnsupportedTensorTypeForVulkanError, options, probe
+from engine.vulkan import UnsupportedTensorTypeForVulkanError, options
 from engine.vulkan.options import VulkanOptions
 
 from .tiny_model import TinySpec, write_tiny_gguf
@@ -22,16 +22,6 @@ from .tiny_model import TinySpec, write_tiny_gguf
 TOKENS = [1, 40, 77, 200, 13, 99, 5, 250, 31, 64, 128, 7, 8, 9, 180, 44, 2, 1, 66, 67]
 POLICY = RingPolicy(max_slots=64, recent_window=8, evict_batch=4, prefill_chunk=6)
 ATOL = 5e-5
-
-
-@pytest.fixture(scope="module")
-def vk_backend():
-    info = probe()
-    if isinstance(info, str):
-        pytest.skip(info)
-    from engine.vulkan.backend import VulkanBackend
-
-    return VulkanBackend()
 
 
 def tiny(tmp_path_factory, qtype: QT, **kw):

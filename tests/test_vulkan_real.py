@@ -11,20 +11,9 @@ import pytest
 
 from engine.config import RingPolicy
 from engine.conversation import Conversation
-from engine.vulkan import probe
 
 FIXTURES = Path(__file__).parent / "fixtures" / "reference"
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def vk_backend():
-    info = probe()
-    if isinstance(info, str):
-        pytest.skip(info)
-    from engine.vulkan.backend import VulkanBackend
-
-    return VulkanBackend()
 
 
 def test_greedy_reply_and_logits_match_the_reference(real_model, vk_backend) -> None:

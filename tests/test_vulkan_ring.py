@@ -5,24 +5,12 @@ must equal numpy's rebase rotation."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from engine.config import RingPolicy
 from engine.conversation import Conversation
 from engine.rope import rotate_pairs
-from engine.vulkan import probe
 
 POLICY = RingPolicy(max_slots=64, recent_window=8, evict_batch=8, prefill_chunk=16)
-
-
-@pytest.fixture(scope="module")
-def vk_backend():
-    info = probe()
-    if isinstance(info, str):
-        pytest.skip(info)
-    from engine.vulkan.backend import VulkanBackend
-
-    return VulkanBackend()
 
 
 def feed(conv: Conversation, count: int, seed: int) -> None:
