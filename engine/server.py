@@ -231,7 +231,10 @@ class EngineServer:
                 "snapshot": {"path": str(snap.path), "state": runtime.snapshot_state,
                              "bytes": snap.path.stat().st_size if snap.path.exists() else 0,
                              "saved_clock": snap.last_clock, "busy": snap.busy,
-                             "io_path": "direct from arena views"},
+                             # 'mapped': written straight from the arena views; 'staging':
+                             # copied out of slow device memory first (a GPU's BAR window)
+                             "io_path": getattr(runtime.session.conversation.forward,
+                                                "snapshot_path", "mapped")},
             }
         engine = {k: v for k, v in self.hello_event().items()
                   if k not in ("type", "req", "sessions")}
