@@ -285,3 +285,16 @@ def test_real_model_through_the_engine(tmp_path, real_model_path) -> None:
     finally:
         e.send({"type": "shutdown"})
         e.close()
+
+
+def test_boot_compare_times_cold_and_warm(engine) -> None:
+    e = engine()
+    e.request({"type": "open", "session": "s"}, "booted")
+    turn(e, "s", "something to replay")
+    turn(e, "s", "and a little more")
+    result = e.request({"type": "boot_compare", "session": "s"}, "boot_compare")
+    assert result["warm_kind"] == "warm" and result["warm_slots"] > 0
+    assert result["cold_events"] == 5 and result["cold_tokens"] == result["warm_slots"]
+    assert result["cold_ms"] > 0 and result["warm_ms"] > 0
+    assert result["ratio"] == pytest.approx(result["cold_ms"] / result["warm_ms"], rel=0.05)
+    assert turn(e, "s", "the live session is untouched")["stop"] in ("eot", "max_tokens")
