@@ -68,6 +68,19 @@ def test_quantized_tensor_types_load_and_match_reference(tmp_path, qtype) -> Non
     np.testing.assert_allclose(got, expected, atol=2e-4, rtol=0)
 
 
+@pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q5_K, QT.Q6_K])
+def test_k_quant_models_load_and_match_reference(tmp_path, qtype) -> None:
+    # K-quants need rows that are multiples of 256; the norms and the embedding stay F32-like.
+    spec = TinySpec(d_model=256, n_heads=4, n_kv_heads=2, ffn_dim=256, tensor_type=qtype, seed=4)
+    path = write_tiny_gguf(tmp_path / f"tiny-{qtype.name}.gguf", spec)
+    model = load_model(path, tmp_path / "cache")
+    hp, w = naive_llama.load(path)
+    expected = naive_llama.logits(hp, w, TOKENS[:6])
+    assert np.abs(expected).max() > 1e-3  # the random blocks carry real weights
+    got, _ = engine_logits_by_decode(model, TOKENS[:6])
+    np.testing.assert_allclose(got, expected, atol=2e-4, rtol=1e-4)
+
+
 def test_untied_output_matrix_is_used(tmp_path) -> None:
     path = write_tiny_gguf(tmp_path / "untied.gguf", TinySpec(tied=False, seed=3))
     model = load_model(path, tmp_path / "cache")

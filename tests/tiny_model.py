@@ -40,6 +40,21 @@ class TinySpec:
     seed: int = 0
 
 
+# K-quant super-blocks (256 weights) that gguf-py can dequantize but not produce: random bytes,
+# with the f16 scale fields (byte offsets in the block) set to sane values.
+K_QUANT_SCALES = {QT.Q4_K: ((0, 0.002), (2, 0.001)), QT.Q6_K: ((208, 0.0005),),
+                  QT.Q5_K: ((0, 0.002), (2, 0.001))}
+
+
+def random_k_quant(shape: tuple[int, int], qtype: QT, rng: np.random.Generator) -> np.ndarray:
+    block_elems, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+    rows, cols = shape
+    blocks = rng.integers(0, 256, size=(rows * cols // block_elems, block_bytes), dtype=np.uint8)
+    for offset, value in K_QUANT_SCALES[qtype]:
+        blocks[:, offset : offset + 2] = np.frombuffer(np.float16(value).tobytes(), np.uint8)
+    return blocks.reshape(rows, cols // block_elems * block_bytes)
+
+
 def byte_symbols() -> list[str]:
     """GPT-2's printable stand-ins for the 256 byte values, in byte order."""
     keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
@@ -91,7 +106,10 @@ def write_tiny_gguf(path: Path, spec: TinySpec = TinySpec()) -> Path:
             w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32))
             return
         data = (scale * rng.standard_normal(shape)).astype(np.float32)
-        if spec.tensor_type == QT.F32:
+        if spec.tensor_type in K_QUANT_SCALES:
+            w.add_tensor(name, random_k_quant(shape, spec.tensor_type, rng),
+                         raw_dtype=spec.tensor_type)
+        elif spec.tensor_type == QT.F32:
             w.add_tensor(name, data)
         elif spec.tensor_type == QT.F16:
             w.add_tensor(name, data.astype(np.float16))
