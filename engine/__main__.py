@@ -59,7 +59,9 @@ def setup_logging(data_dir: Path) -> None:
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     try:
         ensure_private_dir(data_dir)
-        handlers.append(logging.FileHandler(data_dir / "engine.log"))
+        log_path = data_dir / "engine.log"
+        os.close(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))  # private
+        handlers.append(logging.FileHandler(log_path))
     except OSError as exc:
         print(f"channel engine: cannot write a log in {data_dir}: {exc.strerror}",
               file=sys.stderr)

@@ -298,3 +298,14 @@ def test_boot_compare_times_cold_and_warm(engine) -> None:
     assert result["cold_ms"] > 0 and result["warm_ms"] > 0
     assert result["ratio"] == pytest.approx(result["cold_ms"] / result["warm_ms"], rel=0.05)
     assert turn(e, "s", "the live session is untouched")["stop"] in ("eot", "max_tokens")
+
+
+def test_session_files_and_log_are_private(engine, tmp_path) -> None:
+    data = tmp_path / "data"
+    e = engine(data_dir=data)
+    e.request({"type": "open", "session": "s"}, "booted")
+    turn(e, "s", "hi")
+    e.request({"type": "save", "session": "s"}, "snapshot")
+    assert oct(data.stat().st_mode & 0o777) == "0o700"
+    for name in ("s.stream.jsonl", "s.snapshot.bin", "engine.log"):
+        assert oct((data / name).stat().st_mode & 0o777) == "0o600", name
