@@ -44,6 +44,19 @@ class StdoutEmitter:
                 self.broken.set()
 
 
+def data_dir_problem(path: Path) -> str | None:
+    """Why sessions cannot live in `path`, or None; creates it (private) if missing."""
+    try:
+        ensure_private_dir(path)
+    except FileExistsError:
+        return f"data directory {path} is not a directory"
+    except OSError as exc:
+        return f"data directory {path} cannot be created: {exc.strerror}"
+    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        return f"data directory {path} is not readable and writable"
+    return None
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m engine", description=__doc__)
     p.add_argument("--data-dir", type=Path, default=None)
@@ -102,6 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = args.data_dir or default_data_dir()
     setup_logging(data_dir)
     emit = StdoutEmitter()
+    problem = data_dir_problem(data_dir)
+    if problem:
+        emit({"type": "error", "code": "fatal", "fatal": True, "message": problem})
+        log.error("%s", problem)
+        return 2
     parent = os.getppid()
     die_with_parent()
     stop_early = threading.Event()

@@ -16,7 +16,7 @@ from .paths import default_cache_dir, default_data_dir
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    handler: Callable[[argparse.Namespace], int] = getattr(args, "handler", _run_line_chat)
+    handler: Callable[[argparse.Namespace], int] = getattr(args, "handler", _run_app)
     try:
         return handler(args)
     except (ChannelError, ValueError, OSError) as exc:
@@ -267,7 +267,7 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_line_chat(args: argparse.Namespace) -> int:
+def _run_app(args: argparse.Namespace) -> int:
     """`channel` with no subcommand: the Textual app, which spawns the engine as a child."""
     from channel_tui.app import run_app
     from channel_tui.options import AppOptions

@@ -79,8 +79,8 @@ class EngineServer:
 
     # -- the compute thread -----------------------------------------------------------------
     def run(self) -> None:
-        self.watcher.start()
         try:
+            self.watcher.start()
             while True:
                 job = self.jobs.get()
                 if job[0] == "shutdown":

@@ -309,3 +309,12 @@ def test_session_files_and_log_are_private(engine, tmp_path) -> None:
     assert oct(data.stat().st_mode & 0o777) == "0o700"
     for name in ("s.stream.jsonl", "s.snapshot.bin", "engine.log"):
         assert oct((data / name).stat().st_mode & 0o777) == "0o600", name
+
+
+def test_an_unusable_data_directory_is_a_fatal_one_line_error(tmp_path, tiny_gguf, tiny_cache):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    e = spawn(not_a_dir, tiny_cache, tiny_gguf)
+    error = e.wait_for("error", timeout=60)
+    assert error["fatal"] and "is not a directory" in error["message"]
+    assert e.proc.wait(30) == 2

@@ -1,0 +1,54 @@
+"""Ctrl+E: the transcript as a Markdown file."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class ChatMessage:
+    """One transcript entry as the app keeps it (from `booted` or from a live turn)."""
+
+    role: str
+    content: str
+    id: str | None = None
+    ts: str | None = None
+    stop: str | None = None
+
+
+ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System prompt"}
+
+
+def to_markdown(session: str, messages: list[ChatMessage], model: str | None = None) -> str:
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    lines = [f"# Channel — session `{session}`", ""]
+    lines += [f"_Exported {stamp}" + (f" · model {model}_" if model else "_"), ""]
+    for message in messages:
+        title = ROLE_TITLES.get(message.role, message.role)
+        lines.append(f"## {title}" + (f" · {message.ts}" if message.ts else ""))
+        lines.append("")
+        if message.role == "system":
+            lines += [f"> {line}" for line in message.content.splitlines() or [""]]
+        else:
+            lines.append(message.content)
+        if message.stop == "cancelled":
+            lines += ["", "_(reply cancelled)_"]
+        elif message.stop == "max_tokens":
+            lines += ["", "_(reply cut at the token limit)_"]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def export_transcript(directory: Path, session: str, messages: list[ChatMessage],
+                      model: str | None = None) -> Path:
+    """Write `<session>-<UTC time>.md` in `directory`; never overwrite an earlier export."""
+    directory.mkdir(parents=True, exist_ok=True)
+    base = f"{session}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+    path, n = directory / f"{base}.md", 1
+    while path.exists():
+        n += 1
+        path = directory / f"{base}-{n}.md"
+    path.write_text(to_markdown(session, messages, model), encoding="utf-8")
+    return path

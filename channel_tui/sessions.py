@@ -1,0 +1,73 @@
+"""Sessions on disk, read the cheap way: file names, sizes, times and the stream's last line.
+
+Listing `*.stream.jsonl` and `*.snapshot.bin` in the data directory is part of the documented
+file layout (docs/stream.md), not engine internals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+STREAM_SUFFIX = ".stream.jsonl"
+SNAPSHOT_SUFFIX = ".snapshot.bin"
+TAIL_BYTES = 64 * 1024  # enough for the last few messages of any stream
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    name: str
+    last_message: str  # "role: first line" of the newest user/assistant event, or ""
+    size_bytes: int  # stream plus snapshot
+    last_saved: float | None  # the snapshot's mtime, None when there is none
+    last_active: float  # the newest mtime of its files
+
+
+def list_sessions(data_dir: Path) -> list[SessionInfo]:
+    """Every session in `data_dir`, most recently active first (unreadable dir: none)."""
+    try:
+        names = sorted(os.listdir(data_dir))
+    except OSError:
+        return []
+    sessions = {n[: -len(STREAM_SUFFIX)] for n in names if n.endswith(STREAM_SUFFIX)}
+    sessions |= {n[: -len(SNAPSHOT_SUFFIX)] for n in names if n.endswith(SNAPSHOT_SUFFIX)}
+    infos = [_info(data_dir, name) for name in sessions]
+    return sorted(infos, key=lambda s: (-s.last_active, s.name))
+
+
+def _info(data_dir: Path, name: str) -> SessionInfo:
+    stream, snap = data_dir / f"{name}{STREAM_SUFFIX}", data_dir / f"{name}{SNAPSHOT_SUFFIX}"
+    size, last_saved, last_active = 0, None, 0.0
+    for path in (stream, snap):
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        size += st.st_size
+        last_active = max(last_active, st.st_mtime)
+        if path is snap:
+            last_saved = st.st_mtime
+    return SessionInfo(name, last_message(stream), size, last_saved, last_active)
+
+
+def last_message(stream: Path) -> str:
+    """The newest user or assistant message of a stream, as `role: first line`."""
+    try:
+        with open(stream, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - TAIL_BYTES))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    for line in reversed(tail.splitlines()):
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a torn last line, or the cut-off first line of the tail
+        if isinstance(event, dict) and event.get("role") in ("user", "assistant"):
+            text = str(event.get("content", "")).strip().splitlines()
+            who = "you" if event["role"] == "user" else "assistant"
+            return f"{who}: {text[0] if text else ''}"
+    return ""

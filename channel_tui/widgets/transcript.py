@@ -1,0 +1,125 @@
+"""The conversation: user messages, streamed Markdown replies and notes, pinned to the bottom."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.widgets import Markdown, Static
+from textual.widgets.markdown import MarkdownStream
+
+from ..export import ChatMessage
+
+MAX_SHOWN = 200  # messages drawn when a transcript is rebuilt; mounting thousands is slow
+STOP_NOTES = {
+    "cancelled": "⊘ cancelled",
+    "max_tokens": "… cut at the token limit",
+    "interrupted": "⚠ interrupted: the engine exited",
+    "failed": "⚠ failed",
+}
+
+
+class UserMessage(Static):
+    def __init__(self, text: str, via: str | None = None) -> None:
+        super().__init__(text, markup=False, classes="message user")
+        self.border_title = "you" + (f" · {via}" if via else "")
+
+
+class SystemMessage(Static):
+    """The system prompt (the ring's pinned anchors), shown folded to one line."""
+
+    def __init__(self, text: str) -> None:
+        first = " ".join(text.split())
+        super().__init__(f"System prompt · {first[:200]}", markup=False,
+                         classes="message system")
+
+
+class Note(Static):
+    """Something the app tells the user inside the conversation (restarts, errors)."""
+
+    def __init__(self, text: str, kind: str = "info") -> None:
+        super().__init__(text, markup=False, classes=f"note {kind}")
+
+
+class AssistantMessage(Vertical):
+    """A reply; while it streams, tokens go through Textual's MarkdownStream."""
+
+    def __init__(self, text: str = "", stop: str | None = None) -> None:
+        super().__init__(classes="message assistant")
+        self.border_title = "assistant"
+        self.text = text
+        self.stop = stop
+        self._stream: MarkdownStream | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Markdown(self.text or "", classes="body")
+        yield Static(STOP_NOTES.get(self.stop or "", ""), classes="stop-note")
+
+    def on_mount(self) -> None:
+        self._show_stop()
+
+    async def append(self, piece: str) -> None:
+        if self._stream is None:
+            self._stream = Markdown.get_stream(self.query_one(Markdown))
+            self.add_class("streaming")
+        self.text += piece
+        await self._stream.write(piece)
+
+    async def finish(self, stop: str, detail: str = "") -> None:
+        if self._stream is not None:
+            await self._stream.stop()
+            self._stream = None
+        self.remove_class("streaming")
+        self.stop = stop
+        self._show_stop(detail)
+
+    def _show_stop(self, detail: str = "") -> None:
+        note = STOP_NOTES.get(self.stop or "", "")
+        text = " · ".join(part for part in (note, detail) if part)
+        label = self.query_one(".stop-note", Static)
+        label.update(text)
+        label.display = bool(text)
+        self.set_class(self.stop in ("cancelled", "interrupted", "failed"), "cancelled")
+
+
+class Transcript(VerticalScroll):
+    """Holds the message widgets. `anchor()` keeps it pinned to the bottom while replies
+    stream, until the user scrolls up; scrolling back down pins it again."""
+
+    can_focus = False  # the prompt keeps focus; the mouse wheel still scrolls
+
+    def on_mount(self) -> None:
+        self.anchor()
+
+    async def show(self, messages: list[ChatMessage]) -> None:
+        """Rebuild from a transcript (open, restore, restart); long ones show their tail."""
+        await self.remove_children()
+        hidden = max(0, len(messages) - MAX_SHOWN)
+        widgets = [self._widget_for(m) for m in messages[hidden:]]
+        if hidden:
+            widgets.insert(0, Note(f"… {hidden:,} earlier messages not shown "
+                                   "(Ctrl+E exports the whole transcript)"))
+        if widgets:
+            await self.mount_all(widgets)
+        self.anchor()
+
+    def _widget_for(self, message: ChatMessage):
+        if message.role == "user":
+            return UserMessage(message.content)
+        if message.role == "assistant":
+            return AssistantMessage(message.content, message.stop)
+        return SystemMessage(message.content)
+
+    async def add_user(self, text: str, via: str | None = None) -> UserMessage:
+        widget = UserMessage(text, via)
+        await self.mount(widget)
+        return widget
+
+    async def add_assistant(self) -> AssistantMessage:
+        widget = AssistantMessage()
+        await self.mount(widget)
+        return widget
+
+    async def add_note(self, text: str, kind: str = "info") -> Note:
+        widget = Note(text, kind)
+        await self.mount(widget)
+        return widget

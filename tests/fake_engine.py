@@ -1,0 +1,142 @@
+"""A narrow stand-in for `python -m engine`, speaking docs/protocol.md with fixed answers.
+
+Only for the TUI's SVG snapshot tests: every timing, id and ring cell is constant, so the
+screenshots are deterministic. The real engine is used by every behavioural test.
+
+Usage: python tests/fake_engine.py --data-dir D [--cold-boot] (other engine options ignored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+MODEL = "SmolLM2-135M-Instruct"
+CAPACITY = 512
+ANCHORS = 24
+
+TRANSCRIPT = [
+    {"id": "01JDZ0000000000000000000S0", "role": "system", "ts": "2026-11-29T10:00:00.000Z",
+     "content": "You are a helpful AI assistant named SmolLM, trained by Hugging Face",
+     "stop": None},
+    {"id": "01JDZ0000000000000000000U1", "role": "user", "ts": "2026-11-29T10:00:05.000Z",
+     "content": "How do I reverse a list in Python?", "stop": None},
+    {"id": "01JDZ0000000000000000000A1", "role": "assistant", "ts": "2026-11-29T10:00:07.000Z",
+     "content": "Use **slicing** or the `reverse()` method:\n\n```python\nitems = [1, 2, 3]\n"
+                "items.reverse()\n```", "stop": "eot"},
+]
+REPLY = ["The ", "ring ", "keeps ", "the ", "**working ", "memory**", " warm."]
+
+
+def ring_cells(active: int) -> str:
+    """A fixed salience pattern: anchors, older slots, the recent window, then free."""
+    recent_from = max(ANCHORS, active - 64)
+    cells = []
+    for i in range(active):
+        level = (i * 7) % 10
+        if i < ANCHORS:
+            cells.append("ABCDEFGHIJ"[level])
+        elif i >= recent_from:
+            cells.append("abcdefghij"[level])
+        else:
+            cells.append(str(level))
+    return "".join(cells) + "." * (CAPACITY - active)
+
+
+class Fake:
+    def __init__(self, data_dir: str, cold: bool) -> None:
+        self.data_dir = data_dir
+        self.cold = cold
+        self.active = 300
+
+    def emit(self, event: dict) -> None:
+        sys.stdout.write(json.dumps(event) + "\n")
+        sys.stdout.flush()
+
+    def ring(self, req, session: str) -> None:
+        self.emit({"type": "ring", "req": req, "session": session, "active": self.active,
+                   "capacity": CAPACITY, "anchors": ANCHORS, "clock": self.active,
+                   "next_pos": self.active, "evicted": 0, "rebases": 0, "recent_window": 64,
+                   "cells": ring_cells(self.active)})
+
+    def hello(self, kind: str, req=None) -> dict:
+        return {"type": kind, "req": req, "protocol": 1, "model": MODEL,
+                "model_path": "/models/smollm2.gguf", "fingerprint": "f" * 32,
+                "backend": "numpy", "backend_info": {"backend": "numpy"},
+                "data_dir": self.data_dir, "sessions": []}
+
+    def boot_fields(self) -> dict:
+        if self.cold:
+            return {"kind": "cold", "reason": "no snapshot", "restore_ms": 0.0,
+                    "replay_ms": 1840.0, "replayed_events": 3, "replayed_tokens": 276,
+                    "restored_slots": 0, "snapshot_bytes": 0,
+                    "phases_ms": {"read_stream": 0.4, "replay": 1840.0}, "warnings": []}
+        return {"kind": "warm", "reason": "snapshot valid", "restore_ms": 4.2,
+                "replay_ms": 0.0, "replayed_events": 0, "replayed_tokens": 0,
+                "restored_slots": self.active, "snapshot_bytes": 6_912_000,
+                "phases_ms": {"validate": 1.3, "copy": 2.9, "replay": 0.0}, "warnings": []}
+
+    def handle(self, request: dict) -> bool:
+        kind, req, session = request.get("type"), request.get("id"), request.get("session")
+        if kind == "hello":
+            self.emit(self.hello("hello", req))
+        elif kind == "open":
+            self.emit({"type": "booted", "req": req, "session": session, **self.boot_fields(),
+                       "transcript": TRANSCRIPT})
+            self.ring(req, session)
+        elif kind == "turn":
+            self.emit({"type": "turn_started", "req": req, "session": session})
+            for piece in REPLY:
+                self.emit({"type": "token", "req": req, "session": session, "text": piece})
+            self.active += 20
+            self.emit({"type": "end_of_turn", "req": req, "session": session,
+                       "reply": "".join(REPLY), "stop": "eot",
+                       "event_id": "01JDZ0000000000000000000A2",
+                       "prompt_tokens": 13, "decode_tokens": 7, "prefill_tok_s": 250.0,
+                       "decode_tok_s": 42.0, "clock": self.active})
+            self.ring(req, session)
+            self.emit({"type": "snapshot", "session": session, "status": "pending",
+                       "due_in_ms": 5000})
+        elif kind == "save":
+            self.emit({"type": "snapshot", "req": req, "session": session, "status": "exists"})
+        elif kind == "restore":
+            self.emit({"type": "restored", "req": req, "session": session,
+                       **self.boot_fields(), "total_ms": 5.0, "transcript": TRANSCRIPT})
+            self.ring(req, session)
+        elif kind == "boot_compare":
+            self.emit({"type": "snapshot", "req": req, "session": session, "status": "exists"})
+            self.emit({"type": "boot_compare", "req": req, "session": session,
+                       "cold_ms": 1843.5, "cold_replay_ms": 1840.0, "cold_tokens": 276,
+                       "cold_events": 3, "warm_kind": "warm", "warm_reason": "snapshot valid",
+                       "warm_ms": 4.6, "warm_restore_ms": 4.2, "warm_replay_ms": 0.0,
+                       "warm_slots": self.active, "ratio": 400.8})
+        elif kind == "cancel":
+            self.emit({"type": "cancelling", "req": req, "session": session,
+                       "turn_active": False})
+        elif kind == "close":
+            self.emit({"type": "snapshot", "req": req, "session": session, "status": "exists"})
+            self.emit({"type": "closed", "req": req, "session": session})
+        elif kind == "shutdown":
+            self.emit({"type": "bye", "req": req, "reason": "shutdown requested"})
+            return False
+        return True
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--data-dir", default="/tmp/channel-fake")
+    parser.add_argument("--cold-boot", action="store_true")
+    args, _unknown = parser.parse_known_args()
+    fake = Fake(args.data_dir, args.cold_boot)
+    fake.emit(fake.hello("ready"))
+    for line in sys.stdin:
+        if line.strip() and not fake.handle(json.loads(line)):
+            break
+    else:
+        fake.emit({"type": "bye", "reason": "stdin closed"})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""SVG snapshots of the app's screens (pytest-textual-snapshot).
+
+These use tests/fake_engine.py, a narrow stand-in speaking the protocol with constant timings,
+ids and ring cells, so that the pictures are deterministic. Behaviour is tested against the
+real engine in test_tui_app.py. Update the pictures with `pytest --snapshot-update`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from channel_tui.app import ChannelApp
+from channel_tui.options import AppOptions
+from channel_tui.widgets.prompt import Prompt
+
+FAKE_ENGINE = Path(__file__).resolve().parent / "fake_engine.py"
+SIZE = (100, 32)
+
+
+def fake_app(data_dir: Path, *engine_flags: str) -> ChannelApp:
+    return ChannelApp(AppOptions(data_dir=data_dir, session="default",
+                                 engine_command=[sys.executable, str(FAKE_ENGINE),
+                                                 *engine_flags]))
+
+
+async def until(pilot, predicate, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "the fake engine did not answer in time"
+        await pilot.pause(0.05)
+
+
+async def booted(pilot) -> None:
+    app: ChannelApp = pilot.app
+    await until(pilot, lambda: len(app.chat.messages) == 3)
+    app.chat.query_one(Prompt).cursor_blink = False  # a blinking cursor is not deterministic
+    await pilot.pause(0.1)
+
+
+async def one_turn(pilot) -> None:
+    await booted(pilot)
+    app: ChannelApp = pilot.app
+    app.chat.query_one(Prompt).load_text("And how does a warm boot work?")
+    await pilot.press("enter")
+    await until(pilot, lambda: len(app.chat.messages) == 5 and app.chat.current is None)
+    await pilot.pause(0.2)
+
+
+def test_main_screen(snap_compare, tmp_path) -> None:
+    """Warm boot banner, transcript with Markdown, a streamed reply, status bar, footer."""
+    assert snap_compare(fake_app(tmp_path), terminal_size=SIZE, run_before=one_turn)
+
+
+def test_cold_boot_banner(snap_compare, tmp_path) -> None:
+    assert snap_compare(fake_app(tmp_path, "--cold-boot"), terminal_size=SIZE,
+                        run_before=booted)
+
+
+def test_help_screen(snap_compare, tmp_path) -> None:
+    assert snap_compare(fake_app(tmp_path), terminal_size=SIZE, run_before=booted,
+                        press=["f1"])
+
+
+def test_ring_view(snap_compare, tmp_path) -> None:
+    assert snap_compare(fake_app(tmp_path), terminal_size=SIZE, run_before=one_turn,
+                        press=["f2"])
+
+
+def test_session_list(snap_compare, tmp_path) -> None:
+    then = time.time() - 200  # "3 min ago" while the picture is taken
+    for name, lines, snap_bytes in (("default", 3, 6_912_000), ("travel-plans", 2, 0),
+                                    ("notes", 4, 1_500_000)):
+        stream = tmp_path / f"{name}.stream.jsonl"
+        records = [f'{{"id":"01JDZ{i:021d}","role":"{role}","content":"{name} message {i}",'
+                   f'"ts":"2026-11-29T10:00:00.000Z"}}'
+                   for i, role in enumerate(["system", "user", "assistant", "user"][:lines])]
+        stream.write_text("\n".join(records) + "\n")
+        os.utime(stream, (then, then))
+        if snap_bytes:
+            snap = tmp_path / f"{name}.snapshot.bin"
+            snap.write_bytes(b"\0" * snap_bytes)
+            os.utime(snap, (then, then))
+    assert snap_compare(fake_app(tmp_path), terminal_size=SIZE, run_before=booted,
+                        press=["ctrl+o"])
+
+
+def test_boot_comparison(snap_compare, tmp_path) -> None:
+    async def compare(pilot) -> None:
+        await booted(pilot)
+        await pilot.press("ctrl+b")
+        await until(pilot, lambda: getattr(pilot.app.screen, "result", None) is not None)
+        await pilot.pause(0.1)
+
+    assert snap_compare(fake_app(tmp_path), terminal_size=SIZE, run_before=compare)

@@ -1,0 +1,107 @@
+"""Unit tests of the app's plain helpers, and its promise to start without numpy."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from channel_tui import format as fmt
+from channel_tui.engine import merge_tokens
+from channel_tui.export import ChatMessage, export_transcript
+from channel_tui.options import AppOptions, data_dir_problem, valid_session_name
+from channel_tui.sessions import last_message, list_sessions
+from channel_tui.widgets.ring_view import bucket, cell_colour, downsample
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_the_app_imports_neither_numpy_nor_engine_internals() -> None:
+    code = ("import sys, channel_tui.app, channel_tui.screens.boot_compare, "
+            "channel_tui.screens.sessions, channel_tui.screens.help; "
+            "print(sorted(m for m in sys.modules if m == 'numpy' or m.startswith('engine')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=REPO, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_boot_lines() -> None:
+    warm = {"kind": "warm", "restored_slots": 3812, "restore_ms": 21.2, "replayed_events": 1,
+            "replay_ms": 90.4}
+    assert fmt.boot_line(warm) == ("Warm boot · restored 3,812 slots in 21 ms · "
+                                   "replayed 1 event in 90 ms")
+    cold = {"kind": "cold", "reason": "no snapshot", "replayed_events": 48,
+            "replayed_tokens": 5120, "replay_ms": 23_400}
+    assert fmt.boot_line(cold) == ("Cold boot (no snapshot) · replayed 48 events, "
+                                   "5,120 tokens in 23.4 s")
+    assert fmt.phase_line({"phases_ms": {"read_stream": 1.25, "copy": 14.0},
+                           "snapshot_bytes": 88_000_000}) == \
+        "read stream 1.2 ms · copy 14 ms · snapshot 88 MB"
+    assert fmt.replay_line(1000, 5000, 250.0) == "1,000 / 5,000 tokens · 250 tok/s · 16.0 s left"
+
+
+def test_snapshot_states() -> None:
+    assert fmt.snapshot_text({"status": "saved", "bytes": 88e6}, 100.0, 112.0) == \
+        "saved 12 s ago · 88 MB"
+    assert fmt.snapshot_text({"status": "saving"}, None) == "saving…"
+    assert fmt.snapshot_text({"status": "pending", "due_in_ms": 5000}, None) == \
+        "pending (debounce)"
+    assert fmt.snapshot_text({"status": "exists"}, None) == "unchanged"
+    assert fmt.snapshot_text({"status": "failed", "error": "disk full"}, None) == \
+        "failed: disk full"
+
+
+def test_sessions_listing_survives_torn_lines(tmp_path) -> None:
+    good = {"id": "01JDZ000000000000000000001", "role": "user", "content": "hi\nthere",
+            "ts": "2026-11-29T10:00:00.000Z"}
+    (tmp_path / "a.stream.jsonl").write_text(json.dumps(good) + "\n" + '{"id": "torn')
+    (tmp_path / "b.snapshot.bin").write_bytes(b"x" * 10)
+    (tmp_path / "engine.log").write_text("not a session")
+    sessions = {s.name: s for s in list_sessions(tmp_path)}
+    assert set(sessions) == {"a", "b"}
+    assert sessions["a"].last_message == "you: hi" and sessions["a"].last_saved is None
+    assert sessions["b"].size_bytes == 10 and sessions["b"].last_saved is not None
+    assert last_message(tmp_path / "missing.stream.jsonl") == ""
+    assert list_sessions(tmp_path / "nowhere") == []
+
+
+def test_token_events_arriving_together_are_merged() -> None:
+    events = [{"type": "token", "req": 1, "session": "s", "text": "a"},
+              {"type": "token", "req": 1, "session": "s", "text": "b"},
+              None,
+              {"type": "token", "req": 2, "session": "s", "text": "c"},
+              {"type": "end_of_turn", "req": 2},
+              {"type": "token", "req": 2, "session": "s", "text": "d"}]
+    merged = list(merge_tokens(events))
+    assert [e.get("text") for e in merged] == ["ab", "c", None, "d"]
+    assert events[0]["text"] == "a"  # the originals are not modified
+
+
+def test_ring_cells_bucket_and_colour() -> None:
+    assert bucket("..") == "." and bucket(".3") == "3" and bucket("3a") == "a"
+    assert bucket("Ab9") == "A" and bucket("ac") == "c"
+    assert downsample("AB12ab..", 2) == "B2b."
+    assert cell_colour(".") != cell_colour("0") != cell_colour("a") != cell_colour("A")
+
+
+def test_export_writes_markdown_without_overwriting(tmp_path) -> None:
+    messages = [ChatMessage("system", "Be brief."), ChatMessage("user", "Hi?"),
+                ChatMessage("assistant", "Hello **there**", stop="cancelled")]
+    first = export_transcript(tmp_path, "s", messages, "tiny")
+    second = export_transcript(tmp_path, "s", messages, "tiny")
+    assert first != second and first.exists() and second.exists()
+    text = first.read_text()
+    assert "> Be brief." in text and "## You" in text and "Hello **there**" in text
+    assert "_(reply cancelled)_" in text
+
+
+def test_options_and_data_dir_checks(tmp_path) -> None:
+    options = AppOptions(data_dir=tmp_path, model=Path("m.gguf"), backend="numpy",
+                         engine_command=["eng"])
+    assert options.engine_argv() == ["eng", "--data-dir", str(tmp_path), "--model", "m.gguf",
+                                     "--backend", "numpy"]
+    assert data_dir_problem(tmp_path / "new" / "dir") is None
+    (tmp_path / "file").write_text("")
+    assert "is not a directory" in data_dir_problem(tmp_path / "file")
+    assert valid_session_name("chat-1.x") and not valid_session_name("../x")
