@@ -33,8 +33,16 @@ def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Model:
-    return load_model(tiny_gguf, tmp_path_factory.mktemp("tiny-cache"))
+def tiny_cache(tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A weight cache holding the tiny model's image: engines started by tests map it."""
+    cache = tmp_path_factory.mktemp("tiny-cache")
+    load_model(tiny_gguf, cache)
+    return cache
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_gguf: Path, tiny_cache: Path) -> Model:
+    return load_model(tiny_gguf, tiny_cache)
 
 
 @pytest.fixture

@@ -18,15 +18,6 @@ from engine.snapshot_restore import read_snapshot
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def tiny_cache(tiny_gguf, tmp_path_factory) -> Path:
-    from engine.model import load_model
-
-    cache = tmp_path_factory.mktemp("engine-cache")
-    load_model(tiny_gguf, cache)  # build once; every engine below maps it
-    return cache
-
-
 @pytest.fixture
 def engine(tmp_path, tiny_gguf, tiny_cache):
     procs: list[EngineProcess] = []

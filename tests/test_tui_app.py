@@ -6,7 +6,6 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -19,15 +18,6 @@ from channel_tui.widgets.status_bar import StatusBar
 from channel_tui.widgets.transcript import AssistantMessage, Note, UserMessage
 
 SIZE = (100, 32)
-
-
-@pytest.fixture(scope="module")
-def tiny_cache(tiny_gguf, tmp_path_factory) -> Path:
-    from engine.model import load_model
-
-    cache = tmp_path_factory.mktemp("tui-cache")
-    load_model(tiny_gguf, cache)  # build once; every engine below maps it
-    return cache
 
 
 @pytest.fixture
