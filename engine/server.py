@@ -29,6 +29,10 @@ Emit = Callable[[dict], None]
 DEFAULT_MAX_TOKENS = 512
 
 
+class BootAbandoned(Exception):
+    """Raised from a replay progress callback to stop opening a session."""
+
+
 class EngineServer:
     def __init__(self, model: Model, data_dir: Path, emit: Emit, debounce_s: float = 5.0,
                  policy: RingPolicy | None = None, backend=None):
@@ -150,8 +154,15 @@ class EngineServer:
         def progress(done: int, total: int) -> None:
             self.emit({"type": "replay_progress", "req": request.id, "session": name,
                        "done": done, "total": total})
+            if self.stopping.is_set():
+                raise BootAbandoned  # a long cold replay must not hold up a shutdown
 
-        report = session.boot(cold=bool(request.args.get("cold")), progress=progress)
+        try:
+            report = session.boot(cold=bool(request.args.get("cold")), progress=progress)
+        except BootAbandoned:
+            # Never registered, so never flushed: a half-replayed ring is not saved.
+            self._error(request, "shutting_down", f"opening {name!r} abandoned: shutting down")
+            return
         runtime = SessionRuntime(session, stream_offset=session.stream_offset)
         self.sessions[name] = runtime
         self.emit({"type": "booted", "req": request.id, "session": name, **boot_fields(report),

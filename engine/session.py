@@ -28,7 +28,7 @@ from .transcript import Transcript
 
 SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 END_MARKERS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "</s>")
-REPLAY_SLICE = 1024  # tokens between replay progress reports
+REPLAY_SLICE = 256  # tokens between replay progress reports (and chances to abandon a boot)
 
 TextCallback = Callable[[str], None]
 ReplayProgress = Callable[[int, int], None]  # (tokens done, tokens total)

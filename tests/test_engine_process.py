@@ -309,3 +309,30 @@ def test_an_unusable_data_directory_is_a_fatal_one_line_error(tmp_path, tiny_ggu
     error = e.wait_for("error", timeout=60)
     assert error["fatal"] and "is not a directory" in error["message"]
     assert e.proc.wait(30) == 2
+
+
+def test_shutdown_during_a_long_cold_replay_does_not_wait_for_it(engine, tmp_path) -> None:
+    from ulid import ULID
+
+    from engine.stream import StreamEvent
+
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    lines = [StreamEvent(str(ULID()), "system", "You are a tiny test model.", "t").to_json()]
+    for i in range(400):  # ~100k tokens: seconds of replay even on the tiny model
+        lines.append(StreamEvent(str(ULID()), "user",
+                                 f"message {i} " + "the then and on an in there " * 40,
+                                 "t").to_json())
+        lines.append(StreamEvent(str(ULID()), "assistant", "er " * 40, "t").to_json())
+    (data / "long.stream.jsonl").write_text("\n".join(lines) + "\n")
+    e = engine(data_dir=data)
+    e.send({"type": "open", "session": "long", "cold": True})
+    e.wait_for("replay_progress", timeout=60)
+    t0 = time.monotonic()
+    e.send({"type": "shutdown"})
+    error = e.wait_for("error", timeout=60)
+    assert "abandoned" in error["message"]
+    e.wait_for("bye", timeout=30)
+    assert time.monotonic() - t0 < 20
+    assert e.proc.wait(30) == 0
+    assert not (data / "long.snapshot.bin").exists()  # a half-replayed ring is never saved
