@@ -93,17 +93,9 @@ def die_with_parent() -> None:
 
 def choose(requested: str, model: Path | None, cache_dir: Path, emit) -> object:
     """The compute backend; a fallback from `auto` is reported once, as a warning event."""
-    from .backend import NumpyBackend
+    from .vulkan.select import backend_for_model
 
-    if requested == "numpy":
-        return NumpyBackend()
-    from .gguf_file import fingerprint_file
-    from .paths import default_model_path
-    from .vulkan.select import choose_backend
-
-    path = Path(model) if model else default_model_path()
-    fingerprint = fingerprint_file(path) if path.is_file() else None
-    choice = choose_backend(requested, cache_dir, fingerprint)
+    choice = backend_for_model(requested, model, cache_dir)
     if choice.note:
         log.warning("%s", choice.note)
         emit({"type": "warning", "message": choice.note})

@@ -1,4 +1,5 @@
-"""Measuring what a hot loop allocates, with tracemalloc (numpy reports its buffers to it)."""
+"""Measuring memory: what a hot loop allocates (tracemalloc, which numpy reports its buffers
+to), and the process's resident set."""
 
 from __future__ import annotations
 
@@ -46,3 +47,20 @@ def measure_allocations(step: Callable[[], object], repeat: int = 8) -> Allocati
         numpy_net_bytes=sum(s.size_diff for s in diff),
         peak_transient_bytes=peak_rise,
     )
+
+
+def rss_mb() -> tuple[float, float]:
+    """(current, peak) resident set size in MB, from /proc (Linux)."""
+    fields = {}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                fields[key] = value.strip()
+    except OSError:
+        return float("nan"), float("nan")
+
+    def mb(key: str) -> float:
+        return int(fields.get(key, "0 kB").split()[0]) / 1024
+
+    return mb("VmRSS"), mb("VmHWM")

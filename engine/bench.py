@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_info
 
-from .allocs import measure_allocations
+from .allocs import measure_allocations, rss_mb
 from .backend import Backend, NumpyBackend
 from .bench_snapshot import run_snapshot_benchmarks
 from .conversation import Conversation
@@ -83,23 +83,6 @@ def bench_allocations(model: Model, backend: Backend) -> dict:
         "arena_payload_allocations": 1,
         "arena_regions": len(conv.layout.regions),
     }
-
-
-def rss_mb() -> tuple[float, float]:
-    """(current, peak) resident set size in MB, from /proc (Linux)."""
-    fields = {}
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                fields[key] = value.strip()
-    except OSError:
-        return float("nan"), float("nan")
-
-    def mb(key: str) -> float:
-        return int(fields.get(key, "0 kB").split()[0]) / 1024
-
-    return mb("VmRSS"), mb("VmHWM")
 
 
 def run_benchmarks(model_path: Path | None, cache_dir: Path, quick: bool = False,

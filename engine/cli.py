@@ -105,18 +105,10 @@ def cache_dir(args: argparse.Namespace) -> Path:
 
 def pick_backend(args: argparse.Namespace):
     """The backend for --backend; a fallback from `auto` is said once, on stderr."""
-    requested = _opt(args, "backend", "auto")
-    if requested == "numpy":
-        from .backend import NumpyBackend
+    from .vulkan.select import backend_for_model
 
-        return NumpyBackend()
-    from .gguf_file import fingerprint_file
-    from .paths import default_model_path
-    from .vulkan.select import choose_backend
-
-    path = Path(_opt(args, "model") or default_model_path())
-    fingerprint = fingerprint_file(path) if path.is_file() else None
-    choice = choose_backend(requested, cache_dir(args), fingerprint)
+    choice = backend_for_model(_opt(args, "backend", "auto"), _opt(args, "model"),
+                               cache_dir(args))
     if choice.note:
         print(f"channel: note: {choice.note}", file=sys.stderr)
     return choice.backend

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from .allocs import rss_mb
 from .config import RingPolicy
 from .errors import ChannelError
 from .model import Model
@@ -250,7 +251,7 @@ class EngineServer:
         engine = {k: v for k, v in self.hello_event().items()
                   if k not in ("type", "req", "sessions")}
         self.emit({"type": "stats", "req": request.id, **engine, "sessions": sessions,
-                   "rss_mb": _rss_mb()})
+                   "rss_mb": round(rss_mb()[0], 1)})
 
     def _on_boot_compare(self, request: Request) -> None:
         from .boot_compare import compare_boots
@@ -349,14 +350,3 @@ def _save_fields(result: SaveResult) -> dict:
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text or type(exc).__name__
-
-
-def _rss_mb() -> float:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        pass
-    return 0.0

@@ -50,6 +50,19 @@ def choose_backend(requested: str, cache_dir: Path | None = None,
     return Choice(NumpyBackend(), None)
 
 
+def backend_for_model(requested: str, model: Path | None, cache_dir: Path) -> Choice:
+    """choose_backend for the GGUF at `model` (default: the shipped one), keyed by its
+    fingerprint so that `auto` can consult this device's recorded measurement."""
+    if requested == "numpy":
+        return Choice(NumpyBackend(), None)
+    from ..gguf_file import fingerprint_file  # noqa: PLC0415
+    from ..paths import default_model_path  # noqa: PLC0415
+
+    path = Path(model) if model else default_model_path()
+    fingerprint = fingerprint_file(path) if path.is_file() else None
+    return choose_backend(requested, cache_dir, fingerprint)
+
+
 def device_key(info: DeviceInfo) -> str:
     return f"{info.name} | {info.driver}"
 
