@@ -170,6 +170,10 @@ class Forward:
             np.multiply(out, inv_sum[:, None], out=out)
             attn[:, g * G : (g + 1) * G, :] = out.reshape(C, G, hd)
 
+    def project_logits(self, hidden: np.ndarray, out: np.ndarray) -> None:
+        """out (R, vocab) = logits of final-normed hidden rows (R, d_model) (perplexity)."""
+        np.matmul(hidden, self.w.output.T, out=out)
+
     # -- decode -----------------------------------------------------------------------------
     def decode_one_token(self, token: int) -> np.ndarray:
         """Ingest one token and return the next-token logits (an arena view)."""

@@ -21,7 +21,9 @@ def read_and_score(conv: Conversation, ids: list[int]) -> dict:
     if len(ids) < 2:
         raise ValueError("perplexity needs a text of at least two tokens")
     model, policy = conv.model, conv.policy
-    output = model.weights.output
+    project = getattr(conv.forward, "project_logits", None)
+    if project is None:
+        raise ValueError(f"perplexity is not available on the {conv.backend.name} backend")
     logits = np.empty((policy.prefill_chunk, model.config.vocab_size), np.float32)
     targets = np.asarray(ids[1:] + [ids[-1]], np.int64)  # the last row predicts nothing
     state = {"row": 0, "nll": 0.0}
@@ -30,7 +32,7 @@ def read_and_score(conv: Conversation, ids: list[int]) -> dict:
         rows = hidden.shape[0]
         start = state["row"]
         out = logits[:rows]
-        np.matmul(hidden, output.T, out=out)
+        project(hidden, out)
         peak = out.max(axis=1, keepdims=True)
         log_z = np.log(np.exp(out - peak).sum(axis=1)) + peak[:, 0]
         picked = out[np.arange(rows), targets[start : start + rows]]

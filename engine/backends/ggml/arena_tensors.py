@@ -1,0 +1,57 @@
+"""ggml tensors over one conversation's state arena: its K/V planes and output regions.
+
+The arena stays the single owner of the conversation's numbers. These tensors are only
+descriptors whose data pointers sit at the layout's offsets, so a graph writes keys and values
+straight into the ring that snapshots, eviction, rebase and the heat map read, with no copy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from ...arena import StateArena
+from .lib import free_with, ggml, host_buffer
+
+Tensor = object  # a ctypes pointer to a ggml_tensor
+
+
+class ArenaTensors:
+    def __init__(self, arena: StateArena):
+        g = ggml()
+        self._g = g
+        layout = arena.layout
+        L, S, kv_dim = layout["k_cache"].shape
+        self._arena = arena  # keeps the memory alive as long as the tensors
+        self._ctx = g.ggml_init(g.ggml_init_params(
+            mem_size=(2 * L + 8) * g.ggml_tensor_overhead(), no_alloc=True))
+        self._buffer = host_buffer(arena.base_address, arena.nbytes)
+        self._free = free_with(self, self._ctx, self._buffer)
+        base = arena.base_address
+
+        def region(name: str, kind: int, *ne: int, offset: int = 0) -> Tensor:
+            dims = (ctypes.c_int64 * 4)(*ne, *([1] * (4 - len(ne))))
+            t = g.ggml_new_tensor(self._ctx, kind, len(ne), dims)
+            g.ggml_backend_tensor_alloc(self._buffer, t, base + layout[name].offset + offset)
+            return t
+
+        f32 = g.GGML_TYPE_F32
+        plane = S * kv_dim * 4
+        # ggml shapes are written fastest dimension first: (kv_dim, S) is numpy's (S, kv_dim).
+        self.k_cache = tuple(region("k_cache", f32, kv_dim, S, offset=i * plane) for i in range(L))
+        self.v_cache = tuple(region("v_cache", f32, kv_dim, S, offset=i * plane) for i in range(L))
+        self._mass = region("mass", f32, S)  # attention mass per slot, summed over the pass
+        self.logits = region("logits", f32, layout["logits"].shape[0])
+        d = layout["p_xn"].shape[1]
+        self._hidden = region("p_xn", f32, d, layout["p_xn"].shape[0])  # final-normed rows
+
+    def mass(self, ctx, n_kv: int) -> Tensor:
+        """The first n_kv entries of the arena's mass region, as a view made in `ctx`."""
+        return self._g.ggml_view_1d(ctx, self._mass, n_kv, 0)
+
+    def hidden(self, ctx, n_q: int) -> Tensor:
+        """The first n_q rows of the prefill's normed-hidden scratch, as a view made in `ctx`."""
+        row = self._hidden.contents.nb[1]
+        return self._g.ggml_view_2d(ctx, self._hidden, self._hidden.contents.ne[0], n_q, row, 0)
+
+    def close(self) -> None:
+        self._free()

@@ -1,0 +1,144 @@
+"""The ggml forward pass: numpy Forward's contract, computed by ggml's quantized CPU kernels.
+
+Decode re-runs a prebuilt graph per context bucket (n_kv rounded up to BUCKET slots, the
+tail masked out), so a step costs four small input writes and one compute call: no Python-side
+graph building and no allocation. Prefill builds one graph per chunk; its cost is amortised
+over the chunk's tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ...forward import HiddenCallback
+from ...layout import align_up
+from ...ring import KVRing, SlotSpan
+from .arena_tensors import ArenaTensors
+from .graph import StepGraph
+from .lib import free_with, ggml, host_buffer
+from .weights import GgmlWeights
+
+BUCKET = 256  # decode graphs cover the ring in steps of this many slots
+# From this many tokens a prefill chunk expands each quantized matrix to f32 and runs f32 GEMMs:
+# the expansion costs about as much as a few tokens' products and the GEMM is ~2x faster.
+DEQUANTIZE_FROM = 32
+
+
+class GgmlForward:
+    def __init__(self, compute_backend, weights: GgmlWeights, ring: KVRing):
+        g = ggml()
+        self._backend = compute_backend
+        self.w = weights
+        self.ring = ring
+        self.cfg = ring.cfg
+        self.tensors = ArenaTensors(ring.arena)
+        self._buffer_type = g.ggml_backend_cpu_buffer_type()
+        self._prefill_alloc = g.ggml_gallocr_new(self._buffer_type)
+        # One graph, and so one allocator, per bucket: an allocator that grows frees the
+        # memory older graphs of it point into.
+        self._decode: dict[int, StepGraph] = {}
+        self._allocators = [self._prefill_alloc]  # freed with this object
+        self._free = free_with(self, allocators=self._allocators)
+
+    # -- prefill ----------------------------------------------------------------------------
+    def prefill(self, tokens: Sequence[int], *, anchors: bool = False,
+                on_hidden: HiddenCallback | None = None,
+                should_stop: Callable[[], bool] | None = None) -> np.ndarray | None:
+        """Ingest tokens in chunks; return the logits after the last one (an arena view).
+
+        `should_stop` is polled between chunks; a stop leaves every committed chunk in place
+        and returns None.
+        """
+        if not tokens:
+            raise ValueError("prefill needs at least one token")
+        limit = min(self.ring.policy.prefill_chunk, self.ring.max_admit())
+        if limit < 1:
+            raise ValueError("the ring has no room for new tokens (anchors fill it)")
+        for start in range(0, len(tokens), limit):
+            if should_stop is not None and should_stop():
+                return None
+            chunk = tokens[start : start + limit]
+            span = self.ring.reserve(len(chunk))
+            v = self.ring.arena.views().check()
+            self._prefill_chunk(span, chunk, hidden=on_hidden is not None)
+            if on_hidden is not None:
+                on_hidden(v.p_xn[: len(chunk)])
+            self.ring.commit(span, v.mass, anchors=anchors)
+        return v.logits
+
+    def _prefill_chunk(self, span: SlotSpan, chunk: Sequence[int], *, hidden: bool) -> None:
+        C, n = len(chunk), span.start
+        N = n + C
+        graph = StepGraph(self.w, self.cfg, self.tensors, C, N, hidden_rows=hidden,
+                          dequantize=C >= DEQUANTIZE_FROM, allocator=self._prefill_alloc)
+        try:
+            inp = graph.inputs
+            inp.tokens[:] = chunk
+            np.add(self.ring.arena.views().slot_index[:C], span.pos, out=inp.positions)
+            np.add(self.ring.arena.views().slot_index[:C], n, out=inp.slots, casting="unsafe")
+            inp.mask[:, :, :n] = 0.0
+            inp.mask[:, :, n:] = self.ring.arena.views().p_causal[:C, None, :C]
+            graph.compute(self._backend)
+        finally:
+            graph.close()
+
+    # -- decode -----------------------------------------------------------------------------
+    def decode_one_token(self, token: int) -> np.ndarray:
+        """Ingest one token and return the next-token logits (an arena view)."""
+        span = self.ring.reserve(1)
+        v = self.ring.arena.views().check()
+        N = span.start + 1
+        graph = self._decode_graph(N)
+        inp = graph.inputs
+        inp.tokens[0] = token
+        inp.positions[0] = span.pos
+        inp.slots[0] = span.start
+        inp.mask[0, :, :N] = 0.0
+        inp.mask[0, :, N:] = -np.inf
+        graph.compute(self._backend)
+        self.ring.commit(span, v.mass)
+        return v.logits
+
+    def project_logits(self, hidden: np.ndarray, out: np.ndarray) -> None:
+        """out (R, vocab) = logits of final-normed hidden rows (R, d_model), for scoring every
+        row of a prefill (perplexity). ggml reads and writes both arrays in place."""
+        g = ggml()
+        rows, d = hidden.shape
+        if out.shape != (rows, self.cfg.vocab_size) or out.dtype != np.float32:
+            raise ValueError(f"project_logits: out must be float32 {(rows, self.cfg.vocab_size)}")
+        hidden = np.ascontiguousarray(hidden, np.float32)
+        ctx = g.ggml_init(g.ggml_init_params(mem_size=8 * g.ggml_tensor_overhead()
+                                             + g.ggml_graph_overhead(), no_alloc=True))
+        buffers = [host_buffer(a.ctypes.data, a.nbytes) for a in (hidden, out)]
+        try:
+            h = g.ggml_new_tensor_2d(ctx, g.GGML_TYPE_F32, d, rows)
+            g.ggml_backend_tensor_alloc(buffers[0], h, hidden.ctypes.data)
+            logits = g.ggml_mul_mat(ctx, self.w.output, h)  # (rows, vocab)
+            g.ggml_backend_tensor_alloc(buffers[1], logits, out.ctypes.data)
+            graph = g.ggml_new_graph(ctx)
+            g.ggml_build_forward_expand(graph, logits)
+            if g.ggml_backend_graph_compute(self._backend, graph) != 0:
+                raise RuntimeError("ggml could not compute the output projection")
+        finally:
+            g.ggml_free(ctx)
+            for buffer in buffers:
+                g.ggml_backend_buffer_free(buffer)
+
+    def _decode_graph(self, n_kv: int) -> StepGraph:
+        bucket = min(align_up(n_kv, BUCKET), self.ring.policy.max_slots)
+        graph = self._decode.get(bucket)
+        if graph is None:
+            allocator = ggml().ggml_gallocr_new(self._buffer_type)
+            self._allocators.append(allocator)
+            graph = self._decode[bucket] = StepGraph(
+                self.w, self.cfg, self.tensors, 1, bucket, hidden_rows=False, dequantize=False,
+                allocator=allocator)
+        return graph
+
+    def close(self) -> None:
+        for graph in self._decode.values():
+            graph.close()
+        self._decode.clear()
+        self._free()

@@ -1,0 +1,208 @@
+"""One forward step as a ggml graph: n_q new tokens attending over the first n_kv ring slots.
+
+The graph reads the GGUF's quantized blocks (GgmlWeights) and the conversation's arena
+(ArenaTensors) in place: new keys and values are scattered into their slots with set_rows,
+the attention mass per slot is summed over layers, heads and queries into the arena's `mass`,
+and the next-token logits land in the arena's `logits`. Inputs are four small tensors that the
+caller fills before each compute, so a decode graph is built once per context bucket and then
+re-run for every token without touching Python-side ggml objects again.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...model import ModelConfig
+from .arena_tensors import ArenaTensors
+from .lib import array_at, data_address, free_with, ggml
+from .weights import GgmlWeights
+
+GRAPH_NODES = 8192  # comfortably above the ~40 nodes per layer of the deepest model we run
+
+
+@dataclass
+class StepInputs:
+    tokens: np.ndarray  # (n_q,) int32: token ids
+    positions: np.ndarray  # (n_q,) int32: RoPE position of each new token
+    slots: np.ndarray  # (n_q,) int64: ring slot each new token's K/V is written to
+    mask: np.ndarray  # (n_q, G, n_kv) float32: 0 where query row may attend a slot, else -inf
+
+
+class StepGraph:
+    """A built and allocated graph; `compute()` runs it on the filled inputs."""
+
+    def __init__(self, weights: GgmlWeights, cfg: ModelConfig, arena: ArenaTensors,
+                 n_q: int, n_kv: int, *, hidden_rows: bool, dequantize: bool,
+                 allocator) -> None:
+        g = ggml()
+        self.n_q, self.n_kv = n_q, n_kv
+        self._ctx = g.ggml_init(g.ggml_init_params(
+            mem_size=GRAPH_NODES * g.ggml_tensor_overhead()
+            + g.ggml_graph_overhead_custom(GRAPH_NODES, False),
+            no_alloc=True))
+        self._free = free_with(self, self._ctx)
+        self.graph = g.ggml_new_graph_custom(self._ctx, GRAPH_NODES, False)
+        builder = _Builder(g, self._ctx, self.graph, weights, cfg, arena, dequantize)
+        inputs = builder.build(n_q, n_kv, hidden_rows=hidden_rows)
+        if not g.ggml_gallocr_alloc_graph(allocator, self.graph):
+            raise MemoryError(f"ggml could not allocate a graph for {n_q} x {n_kv}")
+        G = cfg.group_size
+        self.inputs = StepInputs(
+            tokens=tensor_array(inputs["tokens"], np.int32),
+            positions=tensor_array(inputs["positions"], np.int32),
+            slots=tensor_array(inputs["slots"], np.int64),
+            mask=tensor_array(inputs["mask"], np.float32).reshape(n_q, G, n_kv),
+        )
+        # Constants, written once: ones for summing rows, 0..rows-1 for whole-matrix gathers.
+        tensor_array(inputs["ones"], np.float32)[:] = 1.0
+        if "arange" in inputs:
+            arange = tensor_array(inputs["arange"], np.int32)
+            arange[:] = np.arange(arange.shape[0], dtype=np.int32)
+
+    def compute(self, backend) -> None:
+        status = ggml().ggml_backend_graph_compute(backend, self.graph)
+        if status != 0:
+            raise RuntimeError(f"ggml graph compute failed with status {status}")
+
+    def close(self) -> None:
+        self._free()
+
+
+def tensor_array(tensor, dtype) -> np.ndarray:
+    """A numpy view of an allocated, contiguous ggml tensor's elements (flat)."""
+    count = 1
+    for dim in tensor.contents.ne:
+        count *= dim
+    return array_at(data_address(tensor), dtype, count)
+
+
+class _Builder:
+    """Small blocks in the shape of the numpy forward pass, emitting ggml nodes.
+
+    Shape comments are numpy-ordered (slowest dimension first); ggml's `ne` is the reverse.
+    """
+
+    def __init__(self, g, ctx, graph, weights: GgmlWeights, cfg: ModelConfig,
+                 arena: ArenaTensors, dequantize: bool):
+        self.g, self.ctx, self.graph = g, ctx, graph
+        self.w, self.cfg, self.arena = weights, cfg, arena
+        self.dequantize = dequantize
+        self.inputs: dict[str, object] = {}
+
+    def input(self, name: str, kind: int, *ne: int, constant: bool = False):
+        """A tensor the caller fills. The allocator may reuse an input's memory once its last
+        reader has run; a `constant` (written once, at build) is also flagged as an output,
+        which keeps its memory for the graph's lifetime."""
+        g = self.g
+        dims = (ctypes.c_int64 * 4)(*ne, *([1] * (4 - len(ne))))
+        t = g.ggml_new_tensor(self.ctx, kind, len(ne), dims)
+        g.ggml_set_input(t)
+        if constant:
+            g.ggml_set_output(t)
+        self.inputs[name] = t
+        return t
+
+    def build(self, n_q: int, n_kv: int, *, hidden_rows: bool) -> dict[str, object]:
+        g, cfg, w = self.g, self.cfg, self.w
+        tokens = self.input("tokens", g.GGML_TYPE_I32, n_q)
+        positions = self.input("positions", g.GGML_TYPE_I32, n_q)
+        slots = self.input("slots", g.GGML_TYPE_I64, n_q)
+        mask = self.input("mask", g.GGML_TYPE_F32, n_kv, cfg.group_size * n_q)
+        self.ones = self.input("ones", g.GGML_TYPE_F32, 1, cfg.n_heads * n_q, constant=True)
+        if self.dequantize:
+            widest = max(cfg.ffn_dim, cfg.d_model, cfg.q_dim)  # most rows of any matrix
+            self.arange = self.input("arange", g.GGML_TYPE_I32, widest, constant=True)
+        x = g.ggml_get_rows(self.ctx, w.token_embd, tokens)  # (n_q, d)
+        mass = None
+        for layer, lw in enumerate(w.layers):
+            attn, layer_mass = self.attention(layer, lw, x, positions, slots, mask, n_q, n_kv)
+            x = g.ggml_add(self.ctx, x, attn)
+            x = g.ggml_add(self.ctx, x, self.feed_forward(lw, x))
+            mass = layer_mass if mass is None else g.ggml_add(self.ctx, mass, layer_mass)
+        self.emit(g.ggml_cpy(self.ctx, g.ggml_reshape_1d(self.ctx, mass, n_kv),
+                             self.arena.mass(self.ctx, n_kv)))
+        if hidden_rows:
+            normed = self.norm(x, w.output_norm)
+            self.emit(g.ggml_cpy(self.ctx, normed, self.arena.hidden(self.ctx, n_q)))
+        last = g.ggml_view_2d(self.ctx, x, cfg.d_model, 1, x.contents.nb[1],
+                              (n_q - 1) * x.contents.nb[1])
+        logits = g.ggml_mul_mat(self.ctx, w.output, self.norm(last, w.output_norm))
+        self.emit(g.ggml_cpy(self.ctx, g.ggml_reshape_1d(self.ctx, logits, cfg.vocab_size),
+                             self.arena.logits))
+        return self.inputs
+
+    def emit(self, t) -> None:
+        self.g.ggml_build_forward_expand(self.graph, t)
+
+    def matmul(self, weight, x):
+        """x @ weight.T. For a batch, quantized weights can be expanded to f32 first (one
+        matrix at a time, into reused scratch) so the product runs as an f32 GEMM."""
+        g = self.g
+        if self.dequantize and weight.contents.type != g.GGML_TYPE_F32:
+            rows = weight.contents.ne[1]
+            index = g.ggml_view_1d(self.ctx, self.arange, rows, 0)
+            weight = g.ggml_get_rows(self.ctx, weight, index)
+        return g.ggml_mul_mat(self.ctx, weight, x)
+
+    def norm(self, x, weight):
+        g = self.g
+        return g.ggml_mul(self.ctx, g.ggml_rms_norm(self.ctx, x, self.cfg.rms_eps), weight)
+
+    def rope(self, t, positions):
+        cfg = self.cfg
+        # Mode 0 rotates adjacent pairs: the GGUF's permuted Q/K rows, as engine/rope.py does.
+        return self.g.ggml_rope_ext(self.ctx, t, positions, None, cfg.head_dim, 0,
+                                    cfg.context_length, cfg.rope_theta, 1.0, 0.0, 1.0, 0.0, 0.0)
+
+    def attention(self, layer: int, lw, x, positions, slots, mask, n_q: int, n_kv: int):
+        g, ctx, cfg = self.g, self.ctx, self.cfg
+        hd, H, KVH, G = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads, cfg.group_size
+        h = self.norm(x, lw.attn_norm)
+        q = self.rope(g.ggml_reshape_3d(ctx, self.matmul(lw.wq, h), hd, H, n_q), positions)
+        k = self.rope(g.ggml_reshape_3d(ctx, self.matmul(lw.wk, h), hd, KVH, n_q), positions)
+        v = self.matmul(lw.wv, h)  # (n_q, kv_dim)
+        k_cache, v_cache = self.arena.k_cache[layer], self.arena.v_cache[layer]
+        # Scatter the new rows into their slots first; graph order makes the reads below see them.
+        self.emit(g.ggml_set_rows(ctx, k_cache, g.ggml_reshape_2d(ctx, k, cfg.kv_dim, n_q),
+                                  slots))
+        self.emit(g.ggml_set_rows(ctx, v_cache, v, slots))
+        row = k_cache.contents.nb[1]
+        keys = g.ggml_view_3d(ctx, k_cache, hd, KVH, n_kv, hd * 4, row, 0)  # (n_kv, KVH, hd)
+        keys = g.ggml_permute(ctx, keys, 0, 2, 1, 3)  # (KVH, n_kv, hd)
+        # The G query heads that share a K/V head become rows of one product, so each key is
+        # read from memory once per layer, not once per query head.
+        if n_q == 1:
+            queries = g.ggml_reshape_3d(ctx, q, hd, G, KVH)  # (KVH, G, hd)
+        else:
+            queries = g.ggml_reshape_4d(ctx, q, hd, G, KVH, n_q)  # (n_q, KVH, G, hd)
+            queries = g.ggml_cont(ctx, g.ggml_permute(ctx, queries, 0, 1, 3, 2))
+            queries = g.ggml_reshape_3d(ctx, queries, hd, G * n_q, KVH)  # (KVH, n_q*G, hd)
+        scores = g.ggml_mul_mat(ctx, keys, queries)  # (KVH, n_q*G, n_kv)
+        probs = g.ggml_soft_max_ext(ctx, scores, mask, 1.0 / hd**0.5, 0.0)
+        # Attention mass per slot: out_prod sums over its second dimension, here every
+        # (head, query) row of the probabilities, against a row of ones.
+        rows = g.ggml_reshape_2d(ctx, probs, n_kv, H * n_q)  # (H*n_q, n_kv)
+        layer_mass = g.ggml_out_prod(ctx, rows, self.ones)  # (1, n_kv)
+        values = g.ggml_view_3d(ctx, v_cache, hd, KVH, n_kv, hd * 4, row, 0)  # (n_kv, KVH, hd)
+        if n_q == 1:
+            # Decode: contract over slots in place (out_prod sums over dimension 1), so the
+            # values are read once rather than transposed into a copy first.
+            out = g.ggml_out_prod(ctx, g.ggml_permute(ctx, values, 0, 2, 1, 3),  # (KVH, n_kv, hd)
+                                  g.ggml_permute(ctx, probs, 1, 0, 2, 3))  # (KVH, n_kv, G)
+            # out: (KVH, G, hd), which is (H, hd) in query-head order
+        else:
+            values_t = g.ggml_cont(ctx, g.ggml_permute(ctx, values, 1, 2, 0, 3))  # (KVH, hd, n_kv)
+            out = g.ggml_mul_mat(ctx, values_t, probs)  # (KVH, n_q*G, hd)
+            out = g.ggml_reshape_4d(ctx, out, hd, G, n_q, KVH)
+            out = g.ggml_cont(ctx, g.ggml_permute(ctx, out, 0, 1, 3, 2))  # (n_q, KVH, G, hd)
+        out = g.ggml_reshape_2d(ctx, out, cfg.q_dim, n_q)
+        return self.matmul(lw.wo, out), layer_mass
+
+    def feed_forward(self, lw, x):
+        g, ctx = self.g, self.ctx
+        h = self.norm(x, lw.ffn_norm)
+        gated = g.ggml_swiglu_split(ctx, self.matmul(lw.w_gate, h), self.matmul(lw.w_up, h))
+        return self.matmul(lw.w_down, gated)

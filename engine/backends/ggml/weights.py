@@ -1,0 +1,101 @@
+"""The model's weights as ggml tensors over the GGUF's own bytes: mapped read-only, zero-copy.
+
+No weight is converted, repacked or copied: each ggml tensor's data pointer is the address of
+its block data inside the mapping, so RSS grows only by the pages decoding actually reads, and
+the page cache shares them with every other process that maps the same file.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ...errors import MissingTensorError
+from ...model import Model, TensorInfo
+from .lib import free_with, ggml, host_buffer
+
+Tensor = object  # a ctypes pointer to a ggml_tensor
+
+
+@dataclass(frozen=True)
+class GgmlLayer:
+    attn_norm: Tensor
+    wq: Tensor
+    wk: Tensor
+    wv: Tensor
+    wo: Tensor
+    ffn_norm: Tensor
+    w_gate: Tensor
+    w_up: Tensor
+    w_down: Tensor
+
+
+class GgmlWeights:
+    """One mapping of a GGUF and a ggml tensor for every weight in it.
+
+    Shared by every conversation of a process; immutable after construction.
+    """
+
+    def __init__(self, model: Model):
+        g = ggml()
+        self.path = Path(model.path)
+        self.fingerprint = model.fingerprint
+        with open(self.path, "rb") as f:
+            self._mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        base = np.frombuffer(self._mapping, np.uint8).ctypes.data
+        self._mapping_address = base
+        self._ctx = g.ggml_init(g.ggml_init_params(
+            mem_size=(len(model.tensors) + 8) * g.ggml_tensor_overhead(), no_alloc=True))
+        self._buffer = host_buffer(base, len(self._mapping))
+        self._free = free_with(self, self._ctx, self._buffer)
+        self.types: dict[str, int] = {}
+        self._tensors: dict[str, Tensor] = {}
+        for name, info in model.tensors.items():
+            self._tensors[name] = self._wrap(g, name, info, base)
+        cfg = model.config
+        self.token_embd = self.tensor("token_embd.weight")
+        self.output_norm = self.tensor("output_norm.weight")
+        self.output = (self.token_embd if cfg.tied_embeddings
+                       else self.tensor("output.weight"))
+        self.layers = tuple(self._layer(i) for i in range(cfg.n_layers))
+        self.nbytes = sum(info.nbytes for info in model.tensors.values())
+
+    def _wrap(self, g, name: str, info: TensorInfo, base: int) -> Tensor:
+        ne = (ctypes.c_int64 * 4)(*info.shape, *([1] * (4 - len(info.shape))))
+        tensor = g.ggml_new_tensor(self._ctx, info.ggml_type, len(info.shape), ne)
+        g.ggml_set_name(tensor, name.encode())
+        if g.ggml_nbytes(tensor) != info.nbytes:
+            raise MissingTensorError(
+                f"tensor {name}: {info.nbytes} bytes in the file, ggml expects "
+                f"{g.ggml_nbytes(tensor)} for type {info.ggml_type} and shape {info.shape}")
+        g.ggml_backend_tensor_alloc(self._buffer, tensor, base + info.offset)
+        self.types[name] = int(info.ggml_type)
+        return tensor
+
+    def tensor(self, name: str) -> Tensor:
+        try:
+            return self._tensors[name]
+        except KeyError:
+            raise MissingTensorError(f"the model has no tensor {name!r}") from None
+
+    def _layer(self, i: int) -> GgmlLayer:
+        t = lambda suffix: self.tensor(f"blk.{i}.{suffix}.weight")  # noqa: E731
+        return GgmlLayer(t("attn_norm"), t("attn_q"), t("attn_k"), t("attn_v"),
+                         t("attn_output"), t("ffn_norm"), t("ffn_gate"), t("ffn_up"),
+                         t("ffn_down"))
+
+    def type_names(self) -> dict[str, int]:
+        """How many tensors of each ggml type the model has, by type name."""
+        g = ggml()
+        counts: dict[str, int] = {}
+        for kind in self.types.values():
+            label = g.ggml_type_name(kind).decode()
+            counts[label] = counts.get(label, 0) + 1
+        return counts
+
+    def close(self) -> None:
+        self._free()
