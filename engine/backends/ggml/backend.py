@@ -8,12 +8,15 @@ numpy, so snapshots and every ring operation are shared code.
 from __future__ import annotations
 
 import os
+import time
 
 from ...arena import Allocator
 from ...model import Model
 from ...ring import KVRing
 from .forward import GgmlForward
+from .graph import StepGraph
 from .lib import ggml
+from .threads import ThreadTuner
 from .weights import GgmlWeights
 
 
@@ -28,11 +31,11 @@ class GgmlBackend:
 
     def __init__(self, threads: int | None = None):
         g = ggml()  # raises GgmlUnavailableError with the reason
-        self._compute = g.ggml_backend_cpu_init()
-        if not self._compute:
+        self.compute_handle = g.ggml_backend_cpu_init()
+        if not self.compute_handle:
             raise RuntimeError("ggml could not start its CPU backend")
-        self.threads = threads or default_threads()
-        g.ggml_backend_cpu_set_n_threads(self._compute, self.threads)
+        self.tuner = ThreadTuner(threads or default_threads())
+        self._threads = 0
         self._weights: dict[str, GgmlWeights] = {}
 
     def arena_allocator(self) -> Allocator | None:
@@ -42,14 +45,33 @@ class GgmlBackend:
         weights = self._weights.get(model.fingerprint)
         if weights is None:
             weights = self._weights[model.fingerprint] = GgmlWeights(model)
-        return GgmlForward(self._compute, weights, ring)
+        return GgmlForward(self, weights, ring)
+
+    def run(self, graph: StepGraph, *, timed: bool) -> None:
+        """Compute a step graph; a timed run (a decode step) teaches the thread tuner."""
+        threads = self.tuner.next_count() if timed else self.tuner.current
+        start = time.perf_counter()
+        self.compute(graph.graph, threads)
+        if timed:
+            self.tuner.record(threads, time.perf_counter() - start)
+
+    def compute(self, graph, threads: int | None = None) -> None:
+        """Run a ggml graph on the CPU backend with `threads` (default: the tuner's pick)."""
+        g = ggml()
+        threads = threads or self.tuner.current
+        if threads != self._threads:
+            g.ggml_backend_cpu_set_n_threads(self.compute_handle, threads)
+            self._threads = threads
+        status = g.ggml_backend_graph_compute(self.compute_handle, graph)
+        if status != 0:
+            raise RuntimeError(f"ggml graph compute failed with status {status}")
 
     def describe(self) -> dict:
         weights = next(iter(self._weights.values()), None)
         return {
             "backend": self.name,
             "arena_memory": "host",
-            "threads": self.threads,
+            **self.tuner.describe(),
             "weights_bytes": weights.nbytes if weights else 0,
             "weight_types": weights.type_names() if weights else {},
         }

@@ -9,6 +9,7 @@ over the chunk's tokens.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,6 +21,9 @@ from .graph import StepGraph
 from .lib import free_with, ggml, host_buffer
 from .weights import GgmlWeights
 
+if TYPE_CHECKING:
+    from .backend import GgmlBackend
+
 BUCKET = 256  # decode graphs cover the ring in steps of this many slots
 # From this many tokens a prefill chunk expands each quantized matrix to f32 and runs f32 GEMMs:
 # the expansion costs about as much as a few tokens' products and the GEMM is ~2x faster.
@@ -27,9 +31,9 @@ DEQUANTIZE_FROM = 32
 
 
 class GgmlForward:
-    def __init__(self, compute_backend, weights: GgmlWeights, ring: KVRing):
+    def __init__(self, backend: GgmlBackend, weights: GgmlWeights, ring: KVRing):
         g = ggml()
-        self._backend = compute_backend
+        self._backend = backend
         self.w = weights
         self.ring = ring
         self.cfg = ring.cfg
@@ -80,7 +84,7 @@ class GgmlForward:
             np.add(self.ring.arena.views().slot_index[:C], n, out=inp.slots, casting="unsafe")
             inp.mask[:, :, :n] = 0.0
             inp.mask[:, :, n:] = self.ring.arena.views().p_causal[:C, None, :C]
-            graph.compute(self._backend)
+            self._backend.run(graph, timed=False)
         finally:
             graph.close()
 
@@ -97,7 +101,7 @@ class GgmlForward:
         inp.slots[0] = span.start
         inp.mask[0, :, :N] = 0.0
         inp.mask[0, :, N:] = -np.inf
-        graph.compute(self._backend)
+        self._backend.run(graph, timed=True)
         self.ring.commit(span, v.mass)
         return v.logits
 
@@ -119,8 +123,7 @@ class GgmlForward:
             g.ggml_backend_tensor_alloc(buffers[1], logits, out.ctypes.data)
             graph = g.ggml_new_graph(ctx)
             g.ggml_build_forward_expand(graph, logits)
-            if g.ggml_backend_graph_compute(self._backend, graph) != 0:
-                raise RuntimeError("ggml could not compute the output projection")
+            self._backend.compute(graph)
         finally:
             g.ggml_free(ctx)
             for buffer in buffers:

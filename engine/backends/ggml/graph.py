@@ -32,7 +32,7 @@ class StepInputs:
 
 
 class StepGraph:
-    """A built and allocated graph; `compute()` runs it on the filled inputs."""
+    """A built and allocated graph; GgmlBackend.run computes it on the filled inputs."""
 
     def __init__(self, weights: GgmlWeights, cfg: ModelConfig, arena: ArenaTensors,
                  n_q: int, n_kv: int, *, hidden_rows: bool, dequantize: bool,
@@ -61,11 +61,6 @@ class StepGraph:
         if "arange" in inputs:
             arange = tensor_array(inputs["arange"], np.int32)
             arange[:] = np.arange(arange.shape[0], dtype=np.int32)
-
-    def compute(self, backend) -> None:
-        status = ggml().ggml_backend_graph_compute(backend, self.graph)
-        if status != 0:
-            raise RuntimeError(f"ggml graph compute failed with status {status}")
 
     def close(self) -> None:
         self._free()
