@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine.backend import NumpyBackend
-from engine.vulkan import VulkanUnavailableError, loader, options, probe
-from engine.vulkan import select as sel
-from engine.vulkan.options import VulkanOptions
+from engine.backends.numpy.backend import NumpyBackend
+from engine.backends.vulkan import VulkanUnavailableError, loader, options, probe
+from engine.backends.vulkan import select as sel
+from engine.backends.vulkan.options import VulkanOptions
 
 
 def test_numpy_is_always_available() -> None:
@@ -44,7 +44,7 @@ def test_missing_package_and_loader_are_named(monkeypatch) -> None:
 
 
 def test_vulkan_without_a_device_says_what_is_missing(monkeypatch) -> None:
-    import engine.vulkan.backend as vb
+    import engine.backends.vulkan.backend as vb
 
     def no_device():
         raise VulkanUnavailableError("Vulkan has no device: install mesa-vulkan-drivers")
