@@ -18,12 +18,16 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import ChannelError
 from ..state.arena import MAX_TURN_BOUNDARIES, SAMPLER_WORDS
 from ..state.layout import align_up
+
+if TYPE_CHECKING:
+    from ..state.conversation import Conversation
 
 SNAPSHOT_MAGIC = b"SNAP"
 SNAPSHOT_VERSION = 1
@@ -205,6 +209,23 @@ def unpack_trailer(data: bytes | memoryview, sections: Sections) -> bytes:
     if magic != TRAILER_MAGIC:
         raise SnapshotChecksumError("checksum trailer missing")
     return digest
+
+
+def identity_of(conv: Conversation) -> dict:
+    """What a snapshot must agree on with the engine that restores it."""
+    cfg, model = conv.model.config, conv.model
+    return {
+        "model_fingerprint": model.fingerprint,
+        "model_name": model.name,
+        "kv_dtype": str(conv.arena.views().k_cache.dtype),
+        "geometry": {
+            "n_layers": cfg.n_layers, "d_model": cfg.d_model, "n_heads": cfg.n_heads,
+            "n_kv_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim, "kv_dim": cfg.kv_dim,
+            "context_length": cfg.context_length, "vocab_size": cfg.vocab_size,
+        },
+        "rope": {"theta": cfg.rope_theta, "dim": cfg.head_dim, "layout": "interleaved"},
+        "max_slots": conv.policy.max_slots,
+    }
 
 
 def identity_bytes(identity: dict) -> bytes:

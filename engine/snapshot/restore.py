@@ -38,12 +38,12 @@ from .format import (
     SnapshotIdentityError,
     SnapshotTruncatedError,
     array_at,
+    identity_of,
     parse_identity,
     unpack_header,
     unpack_sections,
     unpack_trailer,
 )
-from .writer import identity_of
 
 
 @dataclass

@@ -29,6 +29,7 @@ from .format import (
     Header,
     Sections,
     identity_bytes,
+    identity_of,
     pack_body,
     pack_trailer,
 )
@@ -74,23 +75,6 @@ class Cut:
     @property
     def clock(self) -> int:
         return self.header.clock
-
-
-def identity_of(conv: Conversation) -> dict:
-    """What a snapshot must agree on with the engine that restores it."""
-    cfg, model = conv.model.config, conv.model
-    return {
-        "model_fingerprint": model.fingerprint,
-        "model_name": model.name,
-        "kv_dtype": str(conv.arena.views().k_cache.dtype),
-        "geometry": {
-            "n_layers": cfg.n_layers, "d_model": cfg.d_model, "n_heads": cfg.n_heads,
-            "n_kv_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim, "kv_dim": cfg.kv_dim,
-            "context_length": cfg.context_length, "vocab_size": cfg.vocab_size,
-        },
-        "rope": {"theta": cfg.rope_theta, "dim": cfg.head_dim, "layout": "interleaved"},
-        "max_slots": conv.policy.max_slots,
-    }
 
 
 def take_cut(conv: Conversation, stream_id: str, session: dict | None = None) -> Cut:
@@ -254,7 +238,8 @@ def describe_os_error(exc: OSError) -> str:
 
 @dataclass
 class Snapshotter:
-    """Owns one conversation's snapshot file: saves (sync or async) and restores."""
+    """Owns one conversation's snapshot file and saves to it (sync or async); restore.py
+    reads it back."""
 
     conversation: Conversation
     path: Path
