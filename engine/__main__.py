@@ -93,7 +93,7 @@ def die_with_parent() -> None:
 
 def choose(requested: str, model: Path | None, cache_dir: Path, emit) -> object:
     """The compute backend; a fallback from `auto` is reported once, as a warning event."""
-    from .backends.vulkan.select import backend_for_model
+    from .backends.select import backend_for_model
 
     choice = backend_for_model(requested, model, cache_dir)
     if choice.note:

@@ -105,7 +105,7 @@ def cache_dir(args: argparse.Namespace) -> Path:
 
 def pick_backend(args: argparse.Namespace):
     """The backend for --backend; a fallback from `auto` is said once, on stderr."""
-    from .backends.vulkan.select import backend_for_model
+    from .backends.select import backend_for_model
 
     choice = backend_for_model(_opt(args, "backend", "auto"), _opt(args, "model"),
                                cache_dir(args))

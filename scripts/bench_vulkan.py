@@ -316,7 +316,7 @@ def main() -> int:
     }
     if "decode_tok_s" in vk and "decode_tok_s" in np_:
         from engine.backends.vulkan import probe
-        from engine.backends.vulkan.select import record_measurement
+        from engine.backends.vulkan.measurements import record_measurement
 
         info = probe()
         if not isinstance(info, str):  # lets `--backend auto` decide on this device

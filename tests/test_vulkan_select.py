@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from engine.backends import select as sel
 from engine.backends.numpy.backend import NumpyBackend
 from engine.backends.vulkan import VulkanUnavailableError, loader, options, probe
-from engine.backends.vulkan import select as sel
+from engine.backends.vulkan.measurements import record_measurement
 from engine.backends.vulkan.options import VulkanOptions
 
 
@@ -62,7 +63,7 @@ def test_auto_on_a_cpu_device_follows_the_measurement(tmp_path, monkeypatch) -> 
         pytest.skip("a GPU is always taken")
     monkeypatch.setattr(options, "_current", VulkanOptions(allow_cpu_device=False))
     assert isinstance(sel.choose_backend("auto", tmp_path, "fp").backend, NumpyBackend)
-    sel.record_measurement(tmp_path, info, "fp", vulkan_tok_s=30.0, numpy_tok_s=20.0)
+    record_measurement(tmp_path, info, "fp", vulkan_tok_s=30.0, numpy_tok_s=20.0)
     assert sel.choose_backend("auto", tmp_path, "fp").backend.name == "vulkan"
-    sel.record_measurement(tmp_path, info, "fp", vulkan_tok_s=10.0, numpy_tok_s=20.0)
+    record_measurement(tmp_path, info, "fp", vulkan_tok_s=10.0, numpy_tok_s=20.0)
     assert sel.choose_backend("auto", tmp_path, "fp").backend.name == "numpy"

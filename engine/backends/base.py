@@ -7,8 +7,8 @@ reserving and committing ring slots, writing post-RoPE keys and values into the 
 `k_cache`/`v_cache`, accumulating attention mass into `mass`, and leaving next-token logits in
 `logits`. Everything else (ring policy, sampler, snapshots) is shared and backend-agnostic.
 
-Implementations: `numpy/` (NumpyBackend) and `vulkan/` (VulkanBackend); vulkan/select.py
-picks one for a process.
+Implementations: `numpy/` (NumpyBackend) and `vulkan/` (VulkanBackend); select.py picks
+one for a process.
 """
 
 from __future__ import annotations
