@@ -53,7 +53,7 @@ def tiny_spec() -> TinySpec:
 @pytest.fixture(scope="module")
 def vk_backend():
     """The Vulkan backend on whatever device exists (lavapipe in CI); skips without one."""
-    from engine.backends.vulkan.loader import probe
+    from engine.backends.vulkan import probe
 
     info = probe()
     if isinstance(info, str):

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from .base import Backend
 from .numpy.backend import NumpyBackend
-from .vulkan.loader import DeviceInfo, VulkanUnavailableError, probe
+from .vulkan.context import probe
+from .vulkan.loader import DeviceInfo, VulkanUnavailableError
 from .vulkan.measurements import measured_faster
 from .vulkan.options import current
 

@@ -5,12 +5,8 @@ Import-light: `probe()` and the errors work without the `vulkan` package or a lo
 backend itself is imported on demand.
 """
 
-from .loader import (
-    DeviceInfo,
-    UnsupportedTensorTypeForVulkanError,
-    VulkanUnavailableError,
-    probe,
-)
+from .context import probe
+from .loader import DeviceInfo, UnsupportedTensorTypeForVulkanError, VulkanUnavailableError
 
 __all__ = ["DeviceInfo", "UnsupportedTensorTypeForVulkanError", "VulkanUnavailableError",
            "probe", "VulkanBackend"]

@@ -1,4 +1,5 @@
-"""One Vulkan device per process: instance, the chosen physical device, a compute queue.
+"""One Vulkan device per process: instance, the chosen physical device, a compute queue; and
+probe(), which reports that device or, in one line, why there is none.
 
 The context is created on first use and lives until the process exits: buffers and views hand
 out numpy arrays over mapped device memory, and tearing the device down under a live array
@@ -10,7 +11,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from .loader import DEVICE_TYPES, DeviceInfo, VulkanUnavailableError, requested_device_index, vk
+from .loader import DEVICE_TYPES, DeviceInfo, VulkanUnavailableError, vk
+from .options import current as current_options
 
 # Memory property bits (spelled out so this module reads without the vulkan package's names).
 DEVICE_LOCAL, HOST_VISIBLE, HOST_COHERENT, HOST_CACHED = 0x1, 0x2, 0x4, 0x8
@@ -104,7 +106,7 @@ class Context:
 
     def _choose(self, devices: list) -> tuple[int, object]:
         v = self.vk
-        wanted = requested_device_index()
+        wanted = current_options().device_index  # None picks the best one
         if wanted is not None:
             if wanted >= len(devices):
                 raise VulkanUnavailableError(
@@ -204,3 +206,13 @@ def get_context() -> Context:
                 _context_error = str(exc)
                 raise
         return _context
+
+
+def probe() -> DeviceInfo | str:
+    """The device Vulkan would run on, or a one-line reason there is none. Never raises."""
+    try:
+        return get_context().info
+    except VulkanUnavailableError as exc:
+        return str(exc)
+    except Exception as exc:  # a broken driver must not take the app down; report it
+        return f"Vulkan failed to start ({type(exc).__name__}: {exc})"

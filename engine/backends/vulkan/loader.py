@@ -64,21 +64,3 @@ class DeviceInfo:
         return {"name": self.name, "type": self.device_type, "driver": self.driver,
                 "api_version": self.api_version, "index": self.index}
 
-
-def probe() -> DeviceInfo | str:
-    """The device Vulkan would run on, or a one-line reason there is none. Never raises."""
-    try:
-        from .context import get_context  # noqa: PLC0415 - context needs the loader first
-
-        return get_context().info
-    except VulkanUnavailableError as exc:
-        return str(exc)
-    except Exception as exc:  # a broken driver must not take the app down; report it
-        return f"Vulkan failed to start ({type(exc).__name__}: {exc})"
-
-
-def requested_device_index() -> int | None:
-    """The physical device the options ask for; None picks the best one."""
-    from .options import current  # noqa: PLC0415
-
-    return current().device_index
