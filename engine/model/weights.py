@@ -29,6 +29,7 @@ import numpy as np
 from gguf import GGMLQuantizationType, quants
 
 from ..errors import ModelError, WeightImageError
+from ..state.layout import align_up
 from .config import ModelConfig
 from .gguf_file import ModelFile
 
@@ -113,7 +114,7 @@ def build_image(model: ModelFile, dest: Path, progress: Progress | None = None) 
     for name, shape in plan.items():
         table[name] = [cursor, list(shape)]
         nbytes = 4 * int(np.prod(shape))
-        cursor += -(-nbytes // TENSOR_ALIGN) * TENSOR_ALIGN
+        cursor += align_up(nbytes, TENSOR_ALIGN)
     data_len = cursor
     meta = json.dumps(
         {
@@ -122,7 +123,7 @@ def build_image(model: ModelFile, dest: Path, progress: Progress | None = None) 
             "tensors": table,
         }
     ).encode()
-    data_off = -(-(PREAMBLE.size + len(meta)) // PAGE) * PAGE
+    data_off = align_up(PREAMBLE.size + len(meta), PAGE)
     total = data_off + data_len
 
     dest.parent.mkdir(parents=True, exist_ok=True)

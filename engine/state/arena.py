@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import LayoutError, StaleViewError
 from ..model.config import ModelConfig, RingPolicy
-from .layout import ALIGN, ArenaLayout
+from .layout import ALIGN, ArenaLayout, align_up
 
 Allocator = Callable[[int], np.ndarray]
 
@@ -160,7 +160,8 @@ class StateArena:
         self._buffer = (allocate or anonymous_memory)(size)
         if self._buffer.dtype != np.uint8 or self._buffer.nbytes < size:
             raise LayoutError(f"arena allocator returned {self._buffer.nbytes} bytes, need {size}")
-        base = -self._buffer.ctypes.data % ALIGN
+        address = self._buffer.ctypes.data
+        base = align_up(address) - address
         self._bytes = self._buffer[base : base + layout.total_bytes]
         self.generation = 0
         self._views = self._make_views()

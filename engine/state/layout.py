@@ -45,8 +45,14 @@ def _checked_count(shape: tuple[int, ...], name: str) -> int:
     return count
 
 
+def ceil_div(n: int, d: int) -> int:
+    """n / d rounded up, for non-negative n and positive d (say, workgroups covering n items)."""
+    return -(-n // d)
+
+
 def align_up(n: int, alignment: int = ALIGN) -> int:
-    return -(-n // alignment) * alignment
+    """The smallest multiple of `alignment` that is at least n."""
+    return ceil_div(n, alignment) * alignment
 
 
 class ArenaLayout:

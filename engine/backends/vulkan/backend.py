@@ -15,6 +15,7 @@ import numpy as np
 
 from ...model.model import Model
 from ...state.arena import Allocator
+from ...state.layout import align_up
 from ...state.ring import KVRing
 from .buffers import DeviceBuffer, host_buffer
 from .context import HOST_COHERENT, HOST_VISIBLE, Context, get_context
@@ -31,7 +32,7 @@ def lazy_anonymous_memory(nbytes: int) -> np.ndarray:
     """Zeroed anonymous memory, faulted in only where written. A decode step writes one slot
     of each layer's K and V plane, so an untouched ring costs no RSS. Huge pages where the
     kernel allows: a restore then faults 2 MiB at a time, not 4 KiB."""
-    mapping = mmap.mmap(-1, -(-nbytes // PAGE) * PAGE,
+    mapping = mmap.mmap(-1, align_up(nbytes, PAGE),
                         flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     if hasattr(mmap, "MADV_HUGEPAGE"):
         with contextlib.suppress(OSError):

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ...state.layout import align_up, ceil_div
 from ...state.ring import KVRing
 from ..base import HiddenCallback
 from .buffers import DeviceBuffer, readback_buffer
@@ -130,7 +131,7 @@ class VulkanForward:
         if self.res.arena_cached:
             return {n: getattr(views, n) for n in names}
         layout, base = self.ring.arena.layout, self.res.arena_offset
-        total = sum(-(-layout[n].nbytes // 64) * 64 for n in names)
+        total = sum(align_up(layout[n].nbytes, 64) for n in names)
         if self._staging is None or self._staging.size < total:
             self._staging = readback_buffer(self.ctx, total, "snapshot.staging")
         copies, out, cursor = [], {}, 0
@@ -139,7 +140,7 @@ class VulkanForward:
             r = layout[n]
             copies.append((base + r.offset, cursor, r.nbytes))
             out[n] = raw[cursor : cursor + r.nbytes].view(r.dtype).reshape(r.shape)
-            cursor += -(-r.nbytes // 64) * 64
+            cursor += align_up(r.nbytes, 64)
         v, src, dst = self.ctx.vk, self.res.arena_buf.handle, self._staging.handle
 
         def record(cb) -> None:
@@ -161,6 +162,6 @@ class VulkanForward:
             v.vkCmdBindDescriptorSets(cb, v.VK_PIPELINE_BIND_POINT_COMPUTE, self.pipes.layout,
                                       0, 1, [self.res.set], 0, None)
             rec.cb = cb
-            rec._dispatch("rope_rebase", {"WG": wg}, (-(-pairs // wg), 1), count=count)
+            rec._dispatch("rope_rebase", {"WG": wg}, (ceil_div(pairs, wg), 1), count=count)
 
         run_once(self.ctx, record)

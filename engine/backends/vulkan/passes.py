@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...model.config import ModelConfig
+from ...state.layout import ceil_div
 from .pipelines import PUSH_WORDS, Pipelines
 from .resources import ConversationResources
 from .tuning import Tuning, matmul_tokens
@@ -98,8 +99,8 @@ class PassRecorder:
             t, gate_up, self.pipes.ctx.limits.max_shared_bytes, shape.decode)
         spec = {"WG": t.wg, "R": t.rows, "T": tokens, "SPLIT": t.split, "QTYPE": m.qtype,
                 "MODE": mode, "NORM": int(norm is not None), "K": m.cols, "M": rows}
-        groups = (-(-rows // t.rows_per_group),
-                  1 if mode == MODE_LOGITS else -(-shape.bucket // tokens))
+        groups = (ceil_div(rows, t.rows_per_group),
+                  1 if mode == MODE_LOGITS else ceil_div(shape.bucket, tokens))
         self._dispatch("matmul", spec, groups, w_texel=m.texel, w_block=m.block,
                        norm_off=norm or 0, in_off=in_off, out_off=out_off, layer=layer)
 
@@ -107,7 +108,7 @@ class PassRecorder:
         cfg, w, a, sw = self.cfg, self.w, self.res.act_layout, self.t.small_wg
         small = {"WG": sw, "QTYPE": w.embed.qtype}
         per_token_blocks = cfg.d_model // 32
-        self._dispatch("embed", small, (-(-shape.bucket * per_token_blocks // sw), 1),
+        self._dispatch("embed", small, (ceil_div(shape.bucket * per_token_blocks, sw), 1),
                        w_texel=w.embed.texel, w_block=w.embed.block, out_off=a.x)
         self._barrier()
         slots = self.common["S"]
@@ -121,7 +122,7 @@ class PassRecorder:
                            in_off=a.q, out_off=a.attn, layer=i, p_row0=p_row0)
             self._barrier()
             if not shape.decode:  # runs beside wo: both only read what attention wrote
-                self._dispatch("mass", {"WG": sw}, (-(-slots // sw), 1), p_row0=0,
+                self._dispatch("mass", {"WG": sw}, (ceil_div(slots, sw), 1), p_row0=0,
                                count=shape.bucket * cfg.n_heads, flags=int(i > 0),
                                per_t=cfg.n_heads)
             self._matmul(shape, MODE_RESID, lw.wo, norm=None, in_off=a.attn, out_off=a.x)
@@ -133,7 +134,7 @@ class PassRecorder:
             self._barrier()
         if shape.decode:
             rows = cfg.n_layers * cfg.n_heads
-            self._dispatch("mass", {"WG": sw}, (-(-slots // sw), 1), p_row0=0, count=rows,
+            self._dispatch("mass", {"WG": sw}, (ceil_div(slots, sw), 1), p_row0=0, count=rows,
                            flags=0, per_t=rows)
         if shape.hidden:
             self._dispatch("rmsnorm", {"WG": sw}, (shape.bucket, 1), in_off=a.x,

@@ -16,6 +16,7 @@ import numpy as np
 from gguf import GGMLQuantizationType
 
 from ...model.model import Model, TensorInfo
+from ...state.layout import align_up
 from .buffers import DeviceBuffer, device_buffer, staging_buffer
 from .context import Context
 from .loader import UnsupportedTensorTypeForVulkanError
@@ -117,7 +118,7 @@ class _Planner:
         off = self.floats
         if name:
             self.vectors.append((name, off))
-        self.floats += -(-length // 16) * 16  # 64-byte aligned starts
+        self.floats += align_up(length, 16)  # 64-byte aligned starts
         return off
 
 
