@@ -11,13 +11,13 @@ A backend that reads quantized blocks straight from the GGUF (Vulkan) skips the 
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import NotGGUFError, WeightImageError
+from ..fileio import write_atomically
 from ..paths import default_cache_dir, default_model_path
 from .chat_template import ChatTemplate
 from .config import ModelConfig
@@ -85,7 +85,7 @@ def load_model(path: str | Path | None = None, cache_dir: str | Path | None = No
     meta = _read_meta(meta_path, fingerprint)
     if meta is None:
         meta = _build_meta(parse())
-        _write_atomically(meta_path, json.dumps(meta).encode())
+        write_atomically(meta_path, json.dumps(meta).encode())
     config = ModelConfig(**meta["config"])
     tokenizer = Tokenizer.from_json(meta["tokenizer"])
     template = ChatTemplate(meta["chat_template"], meta["bos_token"], meta["eos_token"])
@@ -147,16 +147,3 @@ def _read_meta(path: Path, fingerprint: str) -> dict | None:
         and {"config", "tokenizer", "chat_template", "tensors"} <= meta.keys()
     )
     return meta if ok else None
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)

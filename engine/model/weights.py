@@ -29,6 +29,7 @@ import numpy as np
 from gguf import GGMLQuantizationType, quants
 
 from ..errors import ModelError, WeightImageError
+from ..fileio import atomic_output
 from ..state.layout import align_up
 from .config import ModelConfig
 from .gguf_file import ModelFile
@@ -126,35 +127,28 @@ def build_image(model: ModelFile, dest: Path, progress: Progress | None = None) 
     data_off = align_up(PREAMBLE.size + len(meta), PAGE)
     total = data_off + data_len
 
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
-    try:
-        with open(tmp, "w+b") as f:
-            f.truncate(total)
-            f.write(PREAMBLE.pack(IMAGE_MAGIC, IMAGE_VERSION, len(meta), data_off, data_len))
-            f.write(meta)
-            with mmap.mmap(f.fileno(), total) as m:
-                done = 0
-                for name, shape in plan.items():
-                    offset = data_off + table[name][0]
-                    out = np.frombuffer(m, np.float32, int(np.prod(shape)), offset).reshape(shape)
-                    parts = [_dequantize(model, src) for src in _sources(cfg, name)]
-                    stacked_shape = (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
-                    if stacked_shape != shape:
-                        raise ModelError(
-                            f"tensor {name} has shape {stacked_shape}, expected {shape}: "
-                            f"{model.path}"
-                        )
-                    np.concatenate(parts, axis=0, out=out)
-                    del out, parts
-                    done += 4 * int(np.prod(shape))
-                    if progress:
-                        progress(done, data_len)
-                m.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_output(dest, "w+b") as f:
+        f.truncate(total)
+        f.write(PREAMBLE.pack(IMAGE_MAGIC, IMAGE_VERSION, len(meta), data_off, data_len))
+        f.write(meta)
+        with mmap.mmap(f.fileno(), total) as m:
+            done = 0
+            for name, shape in plan.items():
+                offset = data_off + table[name][0]
+                out = np.frombuffer(m, np.float32, int(np.prod(shape)), offset).reshape(shape)
+                parts = [_dequantize(model, src) for src in _sources(cfg, name)]
+                stacked_shape = (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
+                if stacked_shape != shape:
+                    raise ModelError(
+                        f"tensor {name} has shape {stacked_shape}, expected {shape}: "
+                        f"{model.path}"
+                    )
+                np.concatenate(parts, axis=0, out=out)
+                del out, parts
+                done += 4 * int(np.prod(shape))
+                if progress:
+                    progress(done, data_len)
+            m.flush()
 
 
 @dataclass

@@ -7,9 +7,9 @@ decodes faster (engine/backends/select.py); scripts/bench_vulkan.py writes the r
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
+from ...fileio import write_atomically
 from .loader import DeviceInfo
 
 MEASUREMENTS = "vulkan-speed.json"
@@ -42,7 +42,4 @@ def record_measurement(cache_dir: Path, info: DeviceInfo, fingerprint: str,
     data = read_measurements(cache_dir)
     data.setdefault(device_key(info), {})[fingerprint] = {
         "vulkan_tok_s": round(vulkan_tok_s, 2), "numpy_tok_s": round(numpy_tok_s, 2)}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(data, indent=1).encode())
