@@ -2,7 +2,9 @@
 `python -m engine.backends.vulkan.compile [OUT_DIR]`.
 
 The committed .spv files are what users run (no compiler needed); `make shaders` calls this,
-and a test recompiles into a temporary folder to catch binaries that are stale.
+and a test recompiles into a temporary folder to catch binaries that are stale. It works in a
+checkout: the package's shaders/ link resolves to the repository's shaders/ folder, which holds
+the GLSL and receives the SPIR-V (a wheel ships only the .spv files).
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .pipelines import SHADER_DIR
+from .pipelines import SHADER_DIR as PACKAGED_SHADERS
+
+SHADER_DIR = PACKAGED_SHADERS.resolve()  # the repository's shaders/ folder in a checkout
 
 GLSLC_FLAGS = ("--target-env=vulkan1.1", "-O")
 

@@ -4,9 +4,13 @@ with configure(); library code never reads the environment."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
-DEFAULT_SHADER_DIR = Path(__file__).resolve().parents[3] / "shaders"
+# The committed SPIR-V is package data of this package: engine/backends/vulkan/shaders is a
+# link to the repository's shaders/ folder in a checkout (editable installs use it as is) and
+# a copy of its .spv files in a wheel (pyproject.toml's package-data).
+DEFAULT_SHADER_DIR = Path(str(resources.files(__package__) / "shaders"))
 
 
 @dataclass(frozen=True)
