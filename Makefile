@@ -26,7 +26,7 @@ test: setup
 
 # Recompile shaders/*.comp to the committed SPIR-V (needs glslc: Debian package `glslc`).
 shaders: setup
-	$(BIN)/python -m engine.vulkan.compile
+	$(BIN)/python -m engine.backends.vulkan.compile
 
 lint: setup
 	$(BIN)/ruff check engine channel_tui tests scripts

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import ChannelError
 from .paths import default_cache_dir, default_data_dir, ensure_private_dir
-from .protocol import PROTOCOL_VERSION, encode_event
+from .process.protocol import PROTOCOL_VERSION, encode_event
 
 log = logging.getLogger("channel.engine")
 PR_SET_PDEATHSIG = 1
@@ -93,7 +93,7 @@ def die_with_parent() -> None:
 
 def choose(requested: str, model: Path | None, cache_dir: Path, emit) -> object:
     """The compute backend; a fallback from `auto` is reported once, as a warning event."""
-    from .vulkan.select import backend_for_model
+    from .backends.select import backend_for_model
 
     choice = backend_for_model(requested, model, cache_dir)
     if choice.note:
@@ -118,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda *_: stop_early.set())
 
-    from .config import RingPolicy
-    from .model import load_model
+    from .model.config import RingPolicy
+    from .model.model import load_model
 
     def progress(done: int, total: int) -> None:
         emit({"type": "progress", "phase": "weights", "done": done, "total": total})
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         emit({"type": "bye", "reason": "stopped while loading"})
         return 0
 
-    from .server import EngineServer
+    from .process.server import EngineServer
 
     server = EngineServer(model, data_dir, emit, args.debounce_s, policy, backend)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

@@ -105,7 +105,7 @@ def cache_dir(args: argparse.Namespace) -> Path:
 
 def pick_backend(args: argparse.Namespace):
     """The backend for --backend; a fallback from `auto` is said once, on stderr."""
-    from .vulkan.select import backend_for_model
+    from .backends.select import backend_for_model
 
     choice = backend_for_model(_opt(args, "backend", "auto"), _opt(args, "model"),
                                cache_dir(args))
@@ -115,7 +115,7 @@ def pick_backend(args: argparse.Namespace):
 
 
 def load_model_with_progress(args: argparse.Namespace, backend=None):
-    from .model import load_model
+    from .model.model import load_model
     from .progress import ProgressBar
 
     bar = ProgressBar("building weight image (first run only)")
@@ -128,8 +128,8 @@ def load_model_with_progress(args: argparse.Namespace, backend=None):
 
 
 def _chat(args: argparse.Namespace) -> int:
-    from .sampler import SamplingSettings
-    from .session import Session
+    from .session.session import Session
+    from .state.sampler import SamplingSettings
 
     settings = SamplingSettings(args.temperature, args.top_k, args.top_p, args.seed)
     if args.max_tokens < 1:
@@ -194,7 +194,7 @@ def _print_piece(piece: str) -> None:
 
 
 def _perplexity(args: argparse.Namespace) -> int:
-    from .perplexity import perplexity
+    from .tools.perplexity import perplexity
 
     text = args.text.read_text(encoding="utf-8")
     model = load_model_with_progress(args)
@@ -212,8 +212,8 @@ def _send(args: argparse.Namespace) -> int:
     """Append a user event; a running engine with the session open answers it."""
     import time
 
-    from .session import check_session_name
-    from .stream import StreamLog
+    from .session.session import check_session_name
+    from .session.stream import StreamLog
 
     if not args.text.strip():
         raise ValueError("empty message")
@@ -242,7 +242,7 @@ def _send(args: argparse.Namespace) -> int:
 
 
 def _snapshot_inspect(args: argparse.Namespace) -> int:
-    from .snapshot_inspect import inspect_snapshot, render_inspection
+    from .snapshot.inspect import inspect_snapshot, render_inspection
 
     model = load_model_with_progress(args) if _opt(args, "model") else None
     report = inspect_snapshot(args.path, model)
@@ -251,7 +251,7 @@ def _snapshot_inspect(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from .bench import run_benchmarks
+    from .tools.bench import run_benchmarks
 
     result = run_benchmarks(_opt(args, "model"), cache_dir(args), quick=args.quick,
                             scratch_dir=data_dir(args), backend=pick_backend(args))

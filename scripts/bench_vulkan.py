@@ -46,13 +46,13 @@ def cpu_s() -> float:
 
 
 def synthetic(vocab: int, count: int, seed: int) -> list[int]:
-    from engine.bench import synthetic_tokens
+    from engine.tools.bench import synthetic_tokens
 
     return synthetic_tokens(vocab, count, seed)
 
 
 def timed(fn, repeat: int) -> float:
-    from engine.bench import median_time
+    from engine.tools.bench import median_time
 
     return median_time(fn, repeat)
 
@@ -61,10 +61,10 @@ def timed(fn, repeat: int) -> float:
 def child_engine(backend_name: str, args: argparse.Namespace) -> dict:
     import numpy as np
 
-    from engine.config import RingPolicy
-    from engine.conversation import Conversation
-    from engine.model import load_model
-    from engine.sampler import SamplingSettings
+    from engine.model.config import RingPolicy
+    from engine.model.model import load_model
+    from engine.state.conversation import Conversation
+    from engine.state.sampler import SamplingSettings
 
     out: dict = {"backend": backend_name}
     t0 = time.perf_counter()
@@ -72,7 +72,7 @@ def child_engine(backend_name: str, args: argparse.Namespace) -> dict:
     out["model_load_s"] = round(time.perf_counter() - t0, 3)
     backend = None
     if backend_name == "vulkan":
-        from engine.vulkan.backend import VulkanBackend
+        from engine.backends.vulkan.backend import VulkanBackend
 
         backend = VulkanBackend()
     policy = RingPolicy()
@@ -248,7 +248,7 @@ def machine() -> dict:
     info: dict = {"platform": platform.platform(), "cpu_count": os.cpu_count(),
                   "python": platform.python_version()}
     try:
-        from engine.vulkan import probe
+        from engine.backends.vulkan import probe
 
         device = probe()
         info["vulkan"] = device if isinstance(device, str) else device.as_dict()
@@ -315,8 +315,8 @@ def main() -> int:
         "prefill_vulkan_over_hf": ratio(vk, hf, "prefill_tok_s"),
     }
     if "decode_tok_s" in vk and "decode_tok_s" in np_:
-        from engine.vulkan import probe
-        from engine.vulkan.select import record_measurement
+        from engine.backends.vulkan import probe
+        from engine.backends.vulkan.measurements import record_measurement
 
         info = probe()
         if not isinstance(info, str):  # lets `--backend auto` decide on this device

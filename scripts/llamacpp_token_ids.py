@@ -3,7 +3,7 @@
 Run it with a Python that has llama-cpp-python (it is not a project dependency):
     /work/llamacpp-venv/bin/python scripts/llamacpp_token_ids.py [--model PATH]
 The ids come from llama.cpp's own tokenizer (`vocab_only=True` loads no weights), so
-tests/test_tokenizer.py checks engine/tokenizer.py against an independent implementation.
+tests/test_tokenizer.py checks engine/model/tokenizer.py against an independent implementation.
 """
 
 from __future__ import annotations

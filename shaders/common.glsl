@@ -4,7 +4,7 @@
 
 #extension GL_EXT_control_flow_attributes : require
 
-// ---- specialization constants (ids match engine/vulkan/pipelines.py SPEC_IDS) -----------------
+// ---- specialization constants (ids match engine/backends/vulkan/pipelines.py SPEC_IDS) --------
 layout(constant_id = 0) const uint WG = 64;      // invocations per workgroup
 layout(constant_id = 1) const uint R = 4;        // matmul: output rows per row group
 layout(constant_id = 2) const uint T = 1;        // matmul: tokens per workgroup

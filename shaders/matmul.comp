@@ -97,7 +97,7 @@ void main() {
                 uint row = row0 + r;
                 if (row >= M) break;
                 float e = acc[r * T + t], o = acc[(r + 1) * T + t];
-                if (row < QD + KVD) {  // RoPE on interleaved pairs, as engine/rope.py
+                if (row < QD + KVD) {  // RoPE on interleaved pairs, as engine/model/rope.py
                     uint j = (row % HD) / 2;
                     float c = vec[COS_OFF + pos * HALF + j], s = vec[SIN_OFF + pos * HALF + j];
                     float ne = e * c - o * s;

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.model import Model, load_model
+from engine.model.model import Model, load_model
 from engine.paths import default_model_path
 
 from .tiny_model import TinySpec, write_tiny_gguf
@@ -53,11 +53,11 @@ def tiny_spec() -> TinySpec:
 @pytest.fixture(scope="module")
 def vk_backend():
     """The Vulkan backend on whatever device exists (lavapipe in CI); skips without one."""
-    from engine.vulkan.loader import probe
+    from engine.backends.vulkan import probe
 
     info = probe()
     if isinstance(info, str):
         pytest.skip(info)
-    from engine.vulkan.backend import VulkanBackend
+    from engine.backends.vulkan.backend import VulkanBackend
 
     return VulkanBackend()

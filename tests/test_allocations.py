@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from engine.allocs import measure_allocations
-from engine.config import RingPolicy
-from engine.conversation import Conversation
+from engine.model.config import RingPolicy
+from engine.state.conversation import Conversation
 
 
 def test_steady_state_decode_allocates_no_numpy_buffers(real_model) -> None:

@@ -8,10 +8,10 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from engine.arena import StateArena, anonymous_memory, conversation_layout
-from engine.config import RingPolicy
 from engine.errors import LayoutError, StaleViewError
-from engine.layout import ALIGN, ArenaLayout
+from engine.model.config import RingPolicy
+from engine.state.arena import StateArena, anonymous_memory, conversation_layout
+from engine.state.layout import ALIGN, ArenaLayout
 
 from .test_layout import SMOLLM2, TINY
 

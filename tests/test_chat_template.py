@@ -1,4 +1,4 @@
-"""engine/chat_template.py: HF-compatible rendering, default system prompts, the sandbox."""
+"""engine/model/chat_template.py: HF-compatible rendering, default system prompts, the sandbox."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import gguf
 import pytest
 
-from engine.chat_template import CHATML_TEMPLATE, ChatTemplate, ChatTemplateError
+from engine.model.chat_template import CHATML_TEMPLATE, ChatTemplate, ChatTemplateError
 
 SMOLLM_DEFAULT = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 USER_HI = [{"role": "user", "content": "hi"}]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.client import EngineProcess, spawn
-from engine.snapshot_restore import read_snapshot
+from engine.process.client import EngineProcess, spawn
+from engine.snapshot.restore import read_snapshot
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -314,7 +314,7 @@ def test_an_unusable_data_directory_is_a_fatal_one_line_error(tmp_path, tiny_ggu
 def test_shutdown_during_a_long_cold_replay_does_not_wait_for_it(engine, tmp_path) -> None:
     from ulid import ULID
 
-    from engine.stream import StreamEvent
+    from engine.session.stream import StreamEvent
 
     data = tmp_path / "data"
     data.mkdir(mode=0o700)

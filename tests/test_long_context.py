@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.config import RingPolicy
-from engine.conversation import Conversation
-from engine.perplexity import perplexity, read_and_score
-from engine.sampler import SamplingSettings
+from engine.model.config import RingPolicy
+from engine.state.conversation import Conversation
+from engine.state.sampler import SamplingSettings
+from engine.tools.perplexity import perplexity, read_and_score
 
 from . import naive_llama
 

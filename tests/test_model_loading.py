@@ -17,9 +17,9 @@ from engine.errors import (
     UnsupportedArchitectureError,
     UnsupportedTensorTypeError,
 )
-from engine.gguf_file import open_model
-from engine.model import load_model
-from engine.weights import PREAMBLE
+from engine.model.gguf_file import open_model
+from engine.model.model import load_model
+from engine.model.weights import PREAMBLE
 
 from .tiny_model import TinySpec, write_tiny_gguf
 

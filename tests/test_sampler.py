@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.arena import StateArena, conversation_layout
-from engine.config import RingPolicy
-from engine.sampler import Sampler, SamplingSettings
+from engine.model.config import RingPolicy
+from engine.state.arena import StateArena, conversation_layout
+from engine.state.sampler import Sampler, SamplingSettings
 
 from .test_layout import TINY
 

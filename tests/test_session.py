@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.config import RingPolicy
-from engine.sampler import SamplingSettings
-from engine.session import Session, check_session_name
-from engine.transcript import encode_with_content
+from engine.model.config import RingPolicy
+from engine.session.session import Session, check_session_name
+from engine.session.transcript import encode_with_content
+from engine.state.sampler import SamplingSettings
 
 GREEDY = SamplingSettings()
 POLICY = RingPolicy().scaled_to(256)

@@ -10,20 +10,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.arena import STATE_REGIONS
-from engine.config import RingPolicy
-from engine.conversation import Conversation
-from engine.sampler import SamplingSettings
-from engine.session import Session
-from engine.snapshot import (
+from engine.model.config import RingPolicy
+from engine.session.session import Session
+from engine.snapshot.format import HEADER, SnapshotError
+from engine.snapshot.restore import read_snapshot, restore
+from engine.snapshot.writer import (
     SnapshotStatus,
     Snapshotter,
     SnapshotWriter,
     SnapshotWriterStateError,
     take_cut,
 )
-from engine.snapshot_format import HEADER, SnapshotError
-from engine.snapshot_restore import read_snapshot, restore
+from engine.state.arena import STATE_REGIONS
+from engine.state.conversation import Conversation
+from engine.state.sampler import SamplingSettings
 
 GREEDY = SamplingSettings()
 SMALL = RingPolicy(max_slots=64, recent_window=8, evict_batch=8, prefill_chunk=16)

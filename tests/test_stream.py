@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ulid import ULID
 
-from engine.stream import StreamLog, parse_event
+from engine.session.stream import StreamLog, parse_event
 
 
 def test_append_is_private_and_ids_are_monotonic(tmp_path: Path) -> None:

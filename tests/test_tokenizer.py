@@ -1,4 +1,4 @@
-"""engine/tokenizer.py against llama.cpp's token ids for the shipped SmolLM2 GGUF.
+"""engine/model/tokenizer.py against llama.cpp's token ids for the shipped SmolLM2 GGUF.
 
 The fixture comes from scripts/llamacpp_token_ids.py, which runs llama.cpp's own tokenizer.
 """
@@ -12,7 +12,7 @@ import gguf
 import pytest
 from tokenizers import pre_tokenizers
 
-from engine.tokenizer import Tokenizer, UnsupportedTokenizerError
+from engine.model.tokenizer import Tokenizer, UnsupportedTokenizerError
 
 MODEL_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 FIXTURE = json.loads(

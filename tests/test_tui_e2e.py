@@ -94,7 +94,7 @@ def test_ask_quit_relaunch_boots_warm(tmp_path, real_model_path) -> None:
 
 def test_closing_the_terminal_flushes_then_exits(tmp_path, tiny_gguf) -> None:
     """SIGHUP (the terminal closed) flushes like Ctrl+Q, though nothing can be drawn."""
-    from engine.model import load_model
+    from engine.model.model import load_model
 
     cache, data = tmp_path / "cache", tmp_path / "data"
     load_model(tiny_gguf, cache)

@@ -11,11 +11,11 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 from engine.allocs import measure_allocations
-from engine.config import RingPolicy
-from engine.conversation import Conversation
-from engine.model import load_model
-from engine.vulkan import UnsupportedTensorTypeForVulkanError, options
-from engine.vulkan.options import VulkanOptions
+from engine.backends.vulkan import UnsupportedTensorTypeForVulkanError, options
+from engine.backends.vulkan.options import VulkanOptions
+from engine.model.config import RingPolicy
+from engine.model.model import load_model
+from engine.state.conversation import Conversation
 
 from .tiny_model import TinySpec, write_tiny_gguf
 
@@ -106,7 +106,7 @@ def test_decode_allocates_no_numpy_buffers(tiny_model, vk_backend) -> None:
 
 
 def test_greedy_generation_matches_numpy(tiny_model, vk_backend) -> None:
-    from engine.sampler import SamplingSettings
+    from engine.state.sampler import SamplingSettings
 
     out = []
     for backend in (None, vk_backend):

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.config import RingPolicy
-from engine.conversation import Conversation
+from engine.model.config import RingPolicy
+from engine.state.conversation import Conversation
 
 FIXTURES = Path(__file__).parent / "fixtures" / "reference"
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]

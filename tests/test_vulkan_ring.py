@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.config import RingPolicy
-from engine.conversation import Conversation
-from engine.rope import rotate_pairs
+from engine.model.config import RingPolicy
+from engine.model.rope import rotate_pairs
+from engine.state.conversation import Conversation
 
 POLICY = RingPolicy(max_slots=64, recent_window=8, evict_batch=8, prefill_chunk=16)
 

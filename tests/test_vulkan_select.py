@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from engine.backend import NumpyBackend
-from engine.vulkan import VulkanUnavailableError, loader, options, probe
-from engine.vulkan import select as sel
-from engine.vulkan.options import VulkanOptions
+from engine.backends import select as sel
+from engine.backends.numpy.backend import NumpyBackend
+from engine.backends.vulkan import VulkanUnavailableError, loader, options, probe
+from engine.backends.vulkan.measurements import record_measurement
+from engine.backends.vulkan.options import VulkanOptions
 
 
 def test_numpy_is_always_available() -> None:
@@ -44,7 +45,7 @@ def test_missing_package_and_loader_are_named(monkeypatch) -> None:
 
 
 def test_vulkan_without_a_device_says_what_is_missing(monkeypatch) -> None:
-    import engine.vulkan.backend as vb
+    import engine.backends.vulkan.backend as vb
 
     def no_device():
         raise VulkanUnavailableError("Vulkan has no device: install mesa-vulkan-drivers")
@@ -62,7 +63,7 @@ def test_auto_on_a_cpu_device_follows_the_measurement(tmp_path, monkeypatch) -> 
         pytest.skip("a GPU is always taken")
     monkeypatch.setattr(options, "_current", VulkanOptions(allow_cpu_device=False))
     assert isinstance(sel.choose_backend("auto", tmp_path, "fp").backend, NumpyBackend)
-    sel.record_measurement(tmp_path, info, "fp", vulkan_tok_s=30.0, numpy_tok_s=20.0)
+    record_measurement(tmp_path, info, "fp", vulkan_tok_s=30.0, numpy_tok_s=20.0)
     assert sel.choose_backend("auto", tmp_path, "fp").backend.name == "vulkan"
-    sel.record_measurement(tmp_path, info, "fp", vulkan_tok_s=10.0, numpy_tok_s=20.0)
+    record_measurement(tmp_path, info, "fp", vulkan_tok_s=10.0, numpy_tok_s=20.0)
     assert sel.choose_backend("auto", tmp_path, "fp").backend.name == "numpy"

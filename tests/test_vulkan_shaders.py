@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.vulkan.compile import compile_all, glslc, sources
-from engine.vulkan.pipelines import SHADER_DIR, SHADERS
+from engine.backends.vulkan.compile import compile_all, glslc, sources
+from engine.backends.vulkan.pipelines import SHADER_DIR, SHADERS
 
 
 def test_every_shader_has_source_and_binary() -> None:

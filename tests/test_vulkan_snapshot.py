@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.config import RingPolicy
-from engine.conversation import Conversation
-from engine.snapshot import Snapshotter
-from engine.snapshot_format import SnapshotIdentityError
-from engine.snapshot_restore import restore
+from engine.model.config import RingPolicy
+from engine.snapshot.format import SnapshotIdentityError
+from engine.snapshot.restore import restore
+from engine.snapshot.writer import Snapshotter
+from engine.state.conversation import Conversation
 
 POLICY = RingPolicy(max_slots=64, recent_window=8, evict_batch=8, prefill_chunk=16)
 PROMPT = [1, 40, 77, 200, 13, 99, 5, 250, 31, 64, 128, 7]
@@ -17,7 +17,7 @@ PROMPT = [1, 40, 77, 200, 13, 99, 5, 250, 31, 64, 128, 7]
 
 @pytest.mark.parametrize("direction", ["numpy->vulkan", "vulkan->numpy"])
 def test_snapshot_crosses_backends(tiny_model, vk_backend, tmp_path, direction) -> None:
-    from engine.backend import NumpyBackend
+    from engine.backends.numpy.backend import NumpyBackend
 
     source_backend, target_backend = (
         (NumpyBackend(), vk_backend) if direction == "numpy->vulkan" else
@@ -45,7 +45,7 @@ def test_a_kv_dtype_mismatch_is_refused(tiny_model, tmp_path) -> None:
     # Re-seal the checksum so that only the identity differs.
     import xxhash
 
-    from engine.snapshot_format import TRAILER
+    from engine.snapshot.format import TRAILER
 
     body = data[: -TRAILER.size]
     path.write_bytes(body + b"SNAPSUM\0" + xxhash.xxh3_128_digest(body))

@@ -1,0 +1,1 @@
+"""Compute backends: the Backend protocol (base.py), numpy and Vulkan implementations."""

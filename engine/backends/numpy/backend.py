@@ -1,0 +1,29 @@
+"""NumpyBackend: the Backend protocol (engine/backends/base.py) on the CPU with numpy.
+
+The arena is ordinary memory and the forward pass is numpy `Forward` (forward.py) over the
+model's dequantized f32 weight image.
+"""
+
+from __future__ import annotations
+
+from ...model.model import Model
+from ...state.arena import Allocator
+from ...state.ring import KVRing
+from ..base import ForwardPass
+from .forward import Forward
+
+
+class NumpyBackend:
+    name = "numpy"
+    needs_f32_weights = True
+
+    def arena_allocator(self) -> Allocator | None:
+        return None
+
+    def make_forward(self, model: Model, ring: KVRing) -> ForwardPass:
+        if model.weights is None:
+            raise ValueError("the numpy backend needs the model loaded with its f32 image")
+        return Forward(model.weights, ring)
+
+    def describe(self) -> dict:
+        return {"backend": self.name, "arena_memory": "host"}

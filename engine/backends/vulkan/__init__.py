@@ -1,0 +1,20 @@
+"""The Vulkan compute backend: quantized GGUF weights in device memory, the conversation's
+arena in mapped host-visible memory, and SPIR-V shaders from shaders/ for every op.
+
+Import-light: `probe()` and the errors work without the `vulkan` package or a loader; the
+backend itself is imported on demand.
+"""
+
+from .context import probe
+from .loader import DeviceInfo, UnsupportedTensorTypeForVulkanError, VulkanUnavailableError
+
+__all__ = ["DeviceInfo", "UnsupportedTensorTypeForVulkanError", "VulkanUnavailableError",
+           "probe", "VulkanBackend"]
+
+
+def __getattr__(name: str):
+    if name == "VulkanBackend":
+        from .backend import VulkanBackend  # noqa: PLC0415 - needs the vulkan package
+
+        return VulkanBackend
+    raise AttributeError(name)

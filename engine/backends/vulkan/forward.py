@@ -1,0 +1,167 @@
+"""The Vulkan forward pass, with numpy Forward's contract (see engine/backends/base.py).
+
+The ring's bookkeeping (reserve, commit, eviction, rebase) stays in numpy on the arena, which
+lives in mapped device memory; this class only fills in what the numpy pass computes on the
+CPU: post-RoPE keys and values in `k_cache`/`v_cache`, attention mass in `mass`, next-token
+logits in `logits`. Each step writes the parameter buffer and re-submits a command buffer that
+was recorded once.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ...state.layout import align_up, ceil_div
+from ...state.ring import KVRing
+from ..base import HiddenCallback
+from .buffers import DeviceBuffer, readback_buffer
+from .passes import PassRecorder, PassShape
+from .pipelines import Pipelines
+from .resources import ConversationResources
+from .submit import Submission
+from .tuning import Tuning
+from .upload import run_once
+from .weights import DeviceWeights
+
+
+def _retire(ctx, passes: dict[PassShape, Submission]) -> None:
+    ctx.retire([s.command_buffer for s in passes.values()], [s.fence for s in passes.values()])
+
+
+class VulkanForward:
+    def __init__(self, pipes: Pipelines, weights: DeviceWeights, ring: KVRing,
+                 arena_buf: DeviceBuffer, tuning: Tuning):
+        cfg = ring.cfg
+        self.ring, self.cfg, self.pipes, self.tuning = ring, cfg, pipes, tuning
+        self.ctx = pipes.ctx
+        self.chunk = max(1, min(ring.policy.prefill_chunk, tuning.prefill_chunk))
+        # Probability rows: every layer's heads for one decoded token, or one layer's heads for
+        # every token of a prefill chunk.
+        prows = max(cfg.n_layers * cfg.n_heads, cfg.n_heads * self.chunk)
+        self.res = ConversationResources(pipes, weights, cfg, ring.arena, arena_buf,
+                                         self.chunk, prows)
+        self.recorder = PassRecorder(pipes, weights, self.res, cfg, ring.policy.max_slots, tuning)
+        self._passes: dict[PassShape, Submission] = {}
+        self._staging: DeviceBuffer | None = None
+        self.dispatch_counts: dict[PassShape, int] = {}
+        self._decode = self._pass(PassShape(1, decode=True, logits=True, hidden=False))
+        weakref.finalize(self, _retire, self.ctx, self._passes).atexit = False
+        self.dispatches_per_token = self.dispatch_counts[PassShape(1, True, True, False)]
+
+    def _pass(self, shape: PassShape) -> Submission:
+        """The recorded command buffer for `shape`, recorded on first use."""
+        sub = self._passes.get(shape)
+        if sub is None:
+            cb = self.ctx.command_buffers(1)[0]
+            self.dispatch_counts[shape] = self.recorder.record(cb, shape)
+            sub = self._passes[shape] = Submission(self.ctx, cb)
+        return sub
+
+    def _bucket(self, count: int) -> int:
+        """Chunk sizes are recorded in powers of two, capped at the chunk size."""
+        b = 1
+        while b < count:
+            b *= 2
+        return min(b, self.chunk)
+
+    # -- prefill --------------------------------------------------------------------------
+    def prefill(self, tokens: Sequence[int], *, anchors: bool = False,
+                on_hidden: HiddenCallback | None = None,
+                should_stop: Callable[[], bool] | None = None) -> np.ndarray | None:
+        """Ingest tokens in chunks; return the logits after the last one (an arena view)."""
+        if not tokens:
+            raise ValueError("prefill needs at least one token")
+        limit = min(self.chunk, self.ring.max_admit())
+        if limit < 1:
+            raise ValueError("the ring has no room for new tokens (anchors fill it)")
+        v = None
+        for start in range(0, len(tokens), limit):
+            if should_stop is not None and should_stop():
+                return None
+            chunk = tokens[start : start + limit]
+            span = self.ring.reserve(len(chunk))
+            v = self.ring.arena.views().check()
+            last = start + limit >= len(tokens)
+            shape = PassShape(self._bucket(len(chunk)), decode=False, logits=last,
+                              hidden=on_hidden is not None)
+            self.res.tokens[: len(chunk)] = chunk
+            self.res.set_step(len(chunk), span.start, span.pos)
+            self._pass(shape).run()
+            if on_hidden is not None:
+                on_hidden(self.res.hidden[: len(chunk)])
+            self.ring.commit(span, v.mass, anchors=anchors)
+        return self._logits(v)
+
+    # -- decode ---------------------------------------------------------------------------
+    def decode_one_token(self, token: int) -> np.ndarray:
+        """Ingest one token and return the next-token logits (an arena view)."""
+        span = self.ring.reserve(1)
+        v = self.ring.arena.views().check()
+        self.res.tokens[0] = token
+        self.res.set_step(1, span.start, span.pos)
+        self._decode.run()
+        self.ring.commit(span, v.mass)
+        return self._logits(v)
+
+    def _logits(self, v) -> np.ndarray:
+        """The logits to hand back: the arena's, or their host-cached mirror (same values) where
+        the arena sits in memory the CPU reads slowly."""
+        return v.logits if self.res.logits_host is None else self.res.logits_host
+
+    @property
+    def greedy_token(self) -> int:
+        """The argmax of the logits the last pass left (first index on ties, as np.argmax),
+        computed on the device: a greedy sampler can read this instead of the logits row."""
+        return int(self.res.out[0])
+
+    # -- snapshots ------------------------------------------------------------------------
+    @property
+    def snapshot_path(self) -> str:
+        """'mapped': snapshot I/O reads the arena views directly; 'staging': regions are first
+        copied on the device into host-cached memory (the arena is a GPU's uncached BAR)."""
+        return "mapped" if self.res.arena_cached else "staging"
+
+    def read_regions(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+        """Arena regions as the CPU should read them for a snapshot: the views themselves on
+        the mapped path, else fresh host-cached copies made by one device copy."""
+        views = self.ring.arena.views().check()
+        if self.res.arena_cached:
+            return {n: getattr(views, n) for n in names}
+        layout, base = self.ring.arena.layout, self.res.arena_offset
+        total = sum(align_up(layout[n].nbytes, 64) for n in names)
+        if self._staging is None or self._staging.size < total:
+            self._staging = readback_buffer(self.ctx, total, "snapshot.staging")
+        copies, out, cursor = [], {}, 0
+        raw = self._staging.array
+        for n in names:
+            r = layout[n]
+            copies.append((base + r.offset, cursor, r.nbytes))
+            out[n] = raw[cursor : cursor + r.nbytes].view(r.dtype).reshape(r.shape)
+            cursor += align_up(r.nbytes, 64)
+        v, src, dst = self.ctx.vk, self.res.arena_buf.handle, self._staging.handle
+
+        def record(cb) -> None:
+            regions = [v.VkBufferCopy(srcOffset=s, dstOffset=d, size=b) for s, d, b in copies]
+            v.vkCmdCopyBuffer(cb, src, dst, len(regions), regions)
+
+        run_once(self.ctx, record)
+        return out
+
+    # -- ring maintenance -----------------------------------------------------------------
+    def rotate_keys(self, count: int) -> None:
+        """Rotate the cached keys of slots [0, count) by the arena's rebase_cos/rebase_sin, on
+        the device: the rebase step for arenas whose K/V the CPU cannot touch cheaply."""
+        rec, wg = self.recorder, self.tuning.small_wg
+        pairs = count * self.cfg.kv_dim // 2
+
+        def record(cb) -> None:
+            v = self.ctx.vk
+            v.vkCmdBindDescriptorSets(cb, v.VK_PIPELINE_BIND_POINT_COMPUTE, self.pipes.layout,
+                                      0, 1, [self.res.set], 0, None)
+            rec.cb = cb
+            rec._dispatch("rope_rebase", {"WG": wg}, (ceil_div(pairs, wg), 1), count=count)
+
+        run_once(self.ctx, record)

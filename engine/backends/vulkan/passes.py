@@ -1,0 +1,147 @@
+"""Recording a forward pass into a command buffer, once; it is then re-submitted every step.
+
+A recorded pass reads everything that changes per step (token ids, slot, position, count) from
+the small parameter buffer, so decode needs one command buffer and prefill one per chunk-size
+bucket. Dispatches are separated by global memory barriers; per layer decode costs five:
+norm+qkv+RoPE+K/V write, attention, wo+residual, norm+gate|up+SiLU, down+residual.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...model.config import ModelConfig
+from ...state.layout import ceil_div
+from .pipelines import PUSH_WORDS, Pipelines
+from .resources import ConversationResources
+from .tuning import Tuning, matmul_tokens
+from .weights import DeviceWeights, Matrix
+
+MODE_STORE, MODE_QKV, MODE_RESID, MODE_GATEUP, MODE_LOGITS = 0, 1, 2, 3, 4
+
+
+@dataclass(frozen=True)
+class PassShape:
+    bucket: int  # tokens the pass is recorded for (a step may use fewer: params.C)
+    decode: bool  # one token; mass summed once over all layers
+    logits: bool  # write next-token logits for the last token
+    hidden: bool  # write final-normed rows for on_hidden
+
+
+class PassRecorder:
+    def __init__(self, pipes: Pipelines, weights: DeviceWeights, res: ConversationResources,
+                 cfg: ModelConfig, slots: int, tuning: Tuning):
+        self.pipes, self.w, self.res, self.cfg, self.t = pipes, weights, res, cfg, tuning
+        self.v = pipes.ctx.vk
+        self.common = {
+            "D": cfg.d_model, "HD": cfg.head_dim, "NH": cfg.n_heads, "NKV": cfg.n_kv_heads,
+            "F": cfg.ffn_dim, "S": slots, "PROWS": res.prows, "EPS": cfg.rms_eps,
+            "COS_OFF": weights.cos_off, "SIN_OFF": weights.sin_off, "NL": cfg.n_layers,
+            "V": cfg.vocab_size,
+        }
+        self.dispatches = 0
+
+    # -- command buffer plumbing ----------------------------------------------------------
+    def record(self, cb, shape: PassShape) -> int:
+        """Record `shape` into `cb`; returns the number of dispatches."""
+        v = self.v
+        self.cb, self.dispatches = cb, 0
+        v.vkBeginCommandBuffer(cb, v.VkCommandBufferBeginInfo())
+        v.vkCmdBindDescriptorSets(cb, v.VK_PIPELINE_BIND_POINT_COMPUTE, self.pipes.layout, 0, 1,
+                                  [self.res.set], 0, None)
+        self._forward(shape)
+        res = self.res
+        if shape.logits and res.logits_host is not None:
+            # Mirror the logits into host-cached memory: the sampler reads them every step.
+            self._barrier(v.VK_ACCESS_TRANSFER_READ_BIT, v.VK_PIPELINE_STAGE_TRANSFER_BIT)
+            offset, nbytes = res.logits_region
+            v.vkCmdCopyBuffer(cb, res.arena_buf.handle, res.logits_buf.handle, 1,
+                              [v.VkBufferCopy(srcOffset=offset, size=nbytes)])
+        barrier = v.VkMemoryBarrier(
+            srcAccessMask=v.VK_ACCESS_SHADER_WRITE_BIT | v.VK_ACCESS_TRANSFER_WRITE_BIT,
+            dstAccessMask=v.VK_ACCESS_HOST_READ_BIT)
+        v.vkCmdPipelineBarrier(
+            cb, v.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | v.VK_PIPELINE_STAGE_TRANSFER_BIT,
+            v.VK_PIPELINE_STAGE_HOST_BIT, 0, 1, [barrier], 0, None, 0, None)
+        v.vkEndCommandBuffer(cb)
+        return self.dispatches
+
+    def _dispatch(self, shader: str, spec: dict, groups: tuple[int, int], **push: int) -> None:
+        v, ffi = self.v, self.pipes.ctx.ffi
+        pipeline = self.pipes.get(shader, {**self.common, **spec})
+        v.vkCmdBindPipeline(self.cb, v.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline)
+        fields = ("w_texel", "w_block", "norm_off", "in_off", "out_off", "layer", "p_row0",
+                  "count", "flags", "per_t")
+        words = ffi.new(f"uint32_t[{PUSH_WORDS}]", [push.get(f, 0) for f in fields])
+        v.vkCmdPushConstants(self.cb, self.pipes.layout, v.VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                             4 * PUSH_WORDS, words)
+        v.vkCmdDispatch(self.cb, max(1, groups[0]), max(1, groups[1]), 1)
+        self.dispatches += 1
+
+    def _barrier(self, dst_access: int | None = None, dst_stage: int | None = None) -> None:
+        """Shader writes before this point are visible to what follows (shaders by default)."""
+        v = self.v
+        if dst_access is None:
+            dst_access = v.VK_ACCESS_SHADER_READ_BIT | v.VK_ACCESS_SHADER_WRITE_BIT
+        barrier = v.VkMemoryBarrier(srcAccessMask=v.VK_ACCESS_SHADER_WRITE_BIT,
+                                    dstAccessMask=dst_access)
+        v.vkCmdPipelineBarrier(self.cb, v.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                               dst_stage or v.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1,
+                               [barrier], 0, None, 0, None)
+
+    # -- the pass -------------------------------------------------------------------------
+    def _matmul(self, shape: PassShape, mode: int, m: Matrix, *, norm: int | None,
+                in_off: int, out_off: int, layer: int = 0) -> None:
+        t = self.t
+        gate_up = mode == MODE_GATEUP
+        rows = m.rows // 2 if gate_up else m.rows
+        tokens = 1 if mode == MODE_LOGITS else matmul_tokens(
+            t, gate_up, self.pipes.ctx.limits.max_shared_bytes, shape.decode)
+        spec = {"WG": t.wg, "R": t.rows, "T": tokens, "SPLIT": t.split, "QTYPE": m.qtype,
+                "MODE": mode, "NORM": int(norm is not None), "K": m.cols, "M": rows}
+        groups = (ceil_div(rows, t.rows_per_group),
+                  1 if mode == MODE_LOGITS else ceil_div(shape.bucket, tokens))
+        self._dispatch("matmul", spec, groups, w_texel=m.texel, w_block=m.block,
+                       norm_off=norm or 0, in_off=in_off, out_off=out_off, layer=layer)
+
+    def _forward(self, shape: PassShape) -> None:
+        cfg, w, a, sw = self.cfg, self.w, self.res.act_layout, self.t.small_wg
+        small = {"WG": sw, "QTYPE": w.embed.qtype}
+        per_token_blocks = cfg.d_model // 32
+        self._dispatch("embed", small, (ceil_div(shape.bucket * per_token_blocks, sw), 1),
+                       w_texel=w.embed.texel, w_block=w.embed.block, out_off=a.x)
+        self._barrier()
+        slots = self.common["S"]
+        for i, lw in enumerate(w.layers):
+            self._matmul(shape, MODE_QKV, lw.qkv, norm=lw.attn_norm, in_off=a.x, out_off=a.q,
+                         layer=i)
+            self._barrier()
+            p_row0 = i * cfg.n_heads if shape.decode else 0
+            self._dispatch("attention", {"WG": self.pipes.ctx.subgroup_size},
+                           (cfg.n_kv_heads, shape.bucket),
+                           in_off=a.q, out_off=a.attn, layer=i, p_row0=p_row0)
+            self._barrier()
+            if not shape.decode:  # runs beside wo: both only read what attention wrote
+                self._dispatch("mass", {"WG": sw}, (ceil_div(slots, sw), 1), p_row0=0,
+                               count=shape.bucket * cfg.n_heads, flags=int(i > 0),
+                               per_t=cfg.n_heads)
+            self._matmul(shape, MODE_RESID, lw.wo, norm=None, in_off=a.attn, out_off=a.x)
+            self._barrier()
+            self._matmul(shape, MODE_GATEUP, lw.gate_up, norm=lw.ffn_norm, in_off=a.x,
+                         out_off=a.ffn)
+            self._barrier()
+            self._matmul(shape, MODE_RESID, lw.down, norm=None, in_off=a.ffn, out_off=a.x)
+            self._barrier()
+        if shape.decode:
+            rows = cfg.n_layers * cfg.n_heads
+            self._dispatch("mass", {"WG": sw}, (ceil_div(slots, sw), 1), p_row0=0, count=rows,
+                           flags=0, per_t=rows)
+        if shape.hidden:
+            self._dispatch("rmsnorm", {"WG": sw}, (shape.bucket, 1), in_off=a.x,
+                           norm_off=w.output_norm)
+        if shape.logits:
+            self._matmul(shape, MODE_LOGITS, w.output, norm=w.output_norm, in_off=a.x,
+                         out_off=0)
+            self._barrier()
+            # Greedy support: a few microseconds, so every logits pass carries it.
+            self._dispatch("argmax", {"WG": self.pipes.ctx.subgroup_size}, (1, 1))

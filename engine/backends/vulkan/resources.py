@@ -1,0 +1,155 @@
+"""A conversation's device resources: scratch buffers, the step parameters, one descriptor set.
+
+The arena (K/V planes, mass, logits, rebase tables) is bound where the conversation's
+StateArena already lives; everything here is scratch that is never saved.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...model.config import ModelConfig
+from ...state.arena import StateArena
+from .buffers import (
+    HOST_CACHED,
+    R32_UINT,
+    RGBA32_SFLOAT,
+    RGBA32_UINT,
+    DeviceBuffer,
+    device_buffer,
+    host_buffer,
+    readback_buffer,
+)
+from .options import current as current_options
+from .pipelines import BINDINGS, TEXEL, Pipelines
+from .weights import DeviceWeights
+
+PARAM_WORDS = 8  # C, n0, pos0, N and padding, before the token ids (common.glsl Params)
+
+
+@dataclass(frozen=True)
+class ActLayout:
+    """Float offsets of the activation rows in the act buffer; each region is [cmax, width]."""
+
+    x: int  # [cmax, d_model] residual stream
+    q: int  # [cmax, q_dim] post-RoPE queries
+    attn: int  # [cmax, q_dim] attention outputs
+    ffn: int  # [cmax, ffn_dim] silu(gate) * up
+    floats: int
+
+    @staticmethod
+    def for_config(cfg: ModelConfig, cmax: int) -> ActLayout:
+        x, q = 0, cmax * cfg.d_model
+        attn = q + cmax * cfg.q_dim
+        ffn = attn + cmax * cfg.q_dim
+        return ActLayout(x, q, attn, ffn, ffn + cmax * cfg.ffn_dim)
+
+
+class ConversationResources:
+    def __init__(self, pipes: Pipelines, weights: DeviceWeights, cfg: ModelConfig,
+                 arena: StateArena, arena_buf: DeviceBuffer, cmax: int, prows: int):
+        ctx = pipes.ctx
+        self.ctx, self.cmax, self.prows = ctx, cmax, prows
+        slots = arena.layout["mass"].shape[0]
+        self.act_layout = ActLayout.for_config(cfg, cmax)
+        self.act = device_buffer(ctx, 4 * self.act_layout.floats, "act")  # [floats] f32
+        # [prows, slots] unnormalised probabilities, then [prows] their 1/sum.
+        self.probs = device_buffer(ctx, 4 * (prows * slots + prows), "probs")
+        self.params = host_buffer(ctx, 4 * (PARAM_WORDS + cmax), "params")
+        self.header = self.params.array[: 4 * PARAM_WORDS].view(np.uint32)  # [8] uint32
+        self.tokens = self.params.array[4 * PARAM_WORDS :].view(np.int32)  # [cmax] int32
+        self.hidden_buf = readback_buffer(ctx, 4 * cmax * cfg.d_model, "hidden")
+        self.hidden = self.hidden_buf.array.view(np.float32).reshape(cmax, cfg.d_model)
+        # Arena memory the CPU reads slowly (a GPU's BAR window is uncached: ~50 MB/s here)
+        # gets host-cached mirrors: logits copied on the device after every pass, and
+        # snapshot regions staged on demand (forward.read_regions).
+        # options.force_staging takes the staging path on any device (tests cover it so).
+        self.arena_cached = (bool(arena_buf.memory_flags & HOST_CACHED)
+                             and not current_options().force_staging)
+        self.arena_offset = base_offset(arena, arena_buf)
+        logits = arena.layout["logits"]
+        self.logits_region = (self.arena_offset + logits.offset, logits.nbytes)
+        self.logits_host = None
+        if not self.arena_cached:
+            self.logits_buf = readback_buffer(ctx, logits.nbytes, "logits.host")
+            self.logits_host = self.logits_buf.array.view(np.float32)  # [V] f32
+        self.out_buf = readback_buffer(ctx, 64, "out")
+        self.out = self.out_buf.array[:16].view(np.uint32)  # [4]: argmax index, its logit bits
+
+        v = ctx.vk
+        texel_n = sum(1 for k in pipes.descriptor_types.values()
+                      if k == v.VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER)
+        sizes = [v.VkDescriptorPoolSize(type=v.VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER,
+                                        descriptorCount=texel_n),
+                 v.VkDescriptorPoolSize(type=v.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                        descriptorCount=len(pipes.descriptor_types) - texel_n)]
+        self.pool = v.vkCreateDescriptorPool(ctx.device, v.VkDescriptorPoolCreateInfo(
+            maxSets=1, poolSizeCount=2, pPoolSizes=sizes), None)
+        self.set = v.vkAllocateDescriptorSets(ctx.device, v.VkDescriptorSetAllocateInfo(
+            descriptorPool=self.pool, descriptorSetCount=1, pSetLayouts=[pipes.set_layout]))[0]
+        release = weakref.finalize(self, v.vkDestroyDescriptorPool, ctx.device, self.pool, None)
+        release.atexit = False
+
+        base = self.arena_offset
+
+        def region(name: str) -> tuple[DeviceBuffer, int, int]:
+            r = arena.layout[name]
+            return arena_buf, base + r.offset, r.nbytes
+
+        whole = lambda b: (b, 0, b.size)  # noqa: E731
+        bindings = {
+            0: (whole(weights.wq), RGBA32_UINT, 16), 1: (whole(weights.ws), R32_UINT, 4),
+            2: whole(weights.vec), 3: whole(self.act),
+            4: region("k_cache"), 5: (region("k_cache"), RGBA32_SFLOAT, 16),
+            6: region("v_cache"), 7: (region("v_cache"), RGBA32_SFLOAT, 16),
+            8: region("mass"), 9: region("logits"), 10: whole(self.params),
+            11: whole(self.probs), 12: whole(self.hidden_buf),
+            13: region("rebase_cos"), 14: region("rebase_sin"),
+            15: (whole(self.act), RGBA32_SFLOAT, 16), 16: (whole(weights.vec), RGBA32_SFLOAT, 16),
+            17: whole(self.out_buf),
+        }
+        writes = []
+        self._keep = []
+        for binding, spec in bindings.items():
+            kind = pipes.descriptor_types[binding]
+            if BINDINGS[binding] == TEXEL:
+                (buf, off, nbytes), fmt, texel_bytes = spec
+                view = buf.texel_view(fmt, off, nbytes - nbytes % texel_bytes, texel_bytes)
+                writes.append(v.VkWriteDescriptorSet(dstSet=self.set, dstBinding=binding,
+                                                     descriptorCount=1, descriptorType=kind,
+                                                     pTexelBufferView=[view]))
+            else:
+                buf, off, nbytes = spec
+                _check_storage(ctx, buf, off, nbytes)
+                info = v.VkDescriptorBufferInfo(buffer=buf.handle, offset=off, range=nbytes)
+                self._keep.append(info)
+                writes.append(v.VkWriteDescriptorSet(dstSet=self.set, dstBinding=binding,
+                                                     descriptorCount=1, descriptorType=kind,
+                                                     pBufferInfo=[info]))
+        v.vkUpdateDescriptorSets(ctx.device, len(writes), writes, 0, None)
+        self._keep.clear()
+        # Texel views belong to their buffers; the arena's also die with it, so hold the buffer.
+        self.arena_buf = arena_buf
+
+    def set_step(self, count: int, n0: int, pos0: int) -> None:
+        h = self.header
+        h[0], h[1], h[2], h[3] = count, n0, pos0, n0 + count
+
+
+def base_offset(arena: StateArena, arena_buf: DeviceBuffer) -> int:
+    """The arena's aligned base, as an offset into its device buffer."""
+    return arena.base_address - arena_buf.address
+
+
+def _check_storage(ctx, buf: DeviceBuffer, offset: int, nbytes: int) -> None:
+    lim = ctx.limits
+    if offset % lim.storage_offset_align:
+        raise ValueError(f"{buf.label}: storage offset {offset} is misaligned")
+    if nbytes > lim.max_storage_range:
+        raise ValueError(
+            f"{buf.label}: a {nbytes}-byte region exceeds this device's storage-buffer limit "
+            f"of {lim.max_storage_range} bytes (use a smaller ring: fewer slots)")
+

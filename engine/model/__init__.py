@@ -1,0 +1,3 @@
+"""The model: GGUF file, geometry, tokenizer, chat template, f32 weight image, RoPE tables,
+and load_model that ties them into one Model shared by conversations.
+"""

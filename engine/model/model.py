@@ -1,0 +1,149 @@
+"""The loaded model: weights, RoPE tables, tokenizer and chat template, shared by conversations.
+
+Loading is fast after the first time. The GGUF is fingerprinted (~10 ms) and two cache files
+keyed by that fingerprint are used:
+- `<fp>.meta.json`: geometry, tokenizer, chat template and the GGUF's tensor table, so no later
+  start parses the GGUF's 49k-entry vocabulary with gguf-py (several seconds);
+- `<fp>.f32.chwi`: the numpy backend's dequantized weight image, mapped read-only.
+A backend that reads quantized blocks straight from the GGUF (Vulkan) skips the image.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..errors import NotGGUFError, WeightImageError
+from ..fileio import write_atomically
+from ..paths import default_cache_dir, default_model_path
+from .chat_template import ChatTemplate
+from .config import ModelConfig
+from .gguf_file import GGUF_MAGIC, ModelFile, fingerprint_file, open_model
+from .rope import RopeTables
+from .tokenizer import Tokenizer
+from .weights import Weights, build_image, map_image
+
+Progress = Callable[[int, int], None]
+META_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """Where a tensor's raw (possibly quantized) bytes sit in the GGUF file."""
+
+    ggml_type: int
+    shape: tuple[int, ...]  # GGUF order: fastest-varying dimension first
+    offset: int  # absolute byte offset in the file
+    nbytes: int
+
+
+@dataclass
+class Model:
+    path: Path
+    fingerprint: str
+    name: str
+    config: ModelConfig
+    rope: RopeTables
+    tokenizer: Tokenizer
+    template: ChatTemplate
+    tensors: dict[str, TensorInfo]
+    weights: Weights | None  # the f32 image; None when the backend does not need it
+    timings: dict[str, float] = field(default_factory=dict)
+    image_built: bool = False
+
+
+def load_model(path: str | Path | None = None, cache_dir: str | Path | None = None,
+               progress: Progress | None = None, f32_weights: bool = True) -> Model:
+    """Load a GGUF (default: the shipped SmolLM2) through the cache."""
+    path = Path(path).expanduser() if path is not None else default_model_path()
+    cache = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / "weights"
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    if not path.is_file():
+        open_model(path)  # raises the named not-found error
+    with open(path, "rb") as f:
+        if f.read(4) != GGUF_MAGIC:
+            open_model(path)  # raises the named not-a-GGUF error
+    fingerprint = fingerprint_file(path)
+    timings["fingerprint_s"] = time.perf_counter() - t0
+
+    parsed: ModelFile | None = None
+
+    def parse() -> ModelFile:
+        nonlocal parsed
+        if parsed is None:
+            parsed = open_model(path)
+            if parsed.fingerprint != fingerprint:
+                raise NotGGUFError(f"model file changed while loading: {path}")
+        return parsed
+
+    t0 = time.perf_counter()
+    meta_path = cache / f"{fingerprint}.meta.json"
+    meta = _read_meta(meta_path, fingerprint)
+    if meta is None:
+        meta = _build_meta(parse())
+        write_atomically(meta_path, json.dumps(meta).encode())
+    config = ModelConfig(**meta["config"])
+    tokenizer = Tokenizer.from_json(meta["tokenizer"])
+    template = ChatTemplate(meta["chat_template"], meta["bos_token"], meta["eos_token"])
+    tensors = {k: TensorInfo(v[0], tuple(v[1]), v[2], v[3]) for k, v in meta["tensors"].items()}
+    timings["meta_s"] = time.perf_counter() - t0
+
+    weights, built = None, False
+    if f32_weights:
+        image_path = cache / f"{fingerprint}.f32.chwi"
+        t0 = time.perf_counter()
+        try:
+            image = map_image(image_path, fingerprint)
+        except WeightImageError:
+            t0 = time.perf_counter()
+            build_image(parse(), image_path, progress)
+            timings["image_build_s"] = time.perf_counter() - t0
+            built = True
+            t0 = time.perf_counter()
+            image = map_image(image_path, fingerprint)
+        timings["image_map_s"] = time.perf_counter() - t0
+        weights = image.weights
+
+    t0 = time.perf_counter()
+    rope = RopeTables(config)
+    timings["rope_s"] = time.perf_counter() - t0
+    return Model(path, fingerprint, meta["name"], config, rope, tokenizer, template, tensors,
+                 weights, timings, built)
+
+
+def _build_meta(model_file: ModelFile) -> dict:
+    template = ChatTemplate.from_gguf(model_file.reader)
+    return {
+        "version": META_VERSION,
+        "fingerprint": model_file.fingerprint,
+        "name": model_file.name,
+        "config": asdict(model_file.config),
+        "tokenizer": Tokenizer.from_gguf(model_file.reader).to_json(),
+        "chat_template": template.source,
+        "bos_token": template.bos_token,
+        "eos_token": template.eos_token,
+        "tensors": {
+            t.name: [int(t.tensor_type), [int(x) for x in t.shape], int(t.data_offset),
+                     int(t.n_bytes)]
+            for t in model_file.reader.tensors
+        },
+    }
+
+
+def _read_meta(path: Path, fingerprint: str) -> dict | None:
+    """The cached metadata, or None if missing, unreadable or for another file (rebuilt)."""
+    try:
+        meta = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    ok = (
+        isinstance(meta, dict)
+        and meta.get("version") == META_VERSION
+        and meta.get("fingerprint") == fingerprint
+        and {"config", "tokenizer", "chat_template", "tensors"} <= meta.keys()
+    )
+    return meta if ok else None

@@ -1,0 +1,228 @@
+"""The immutable f32 weight image: built once per GGUF, then memory-mapped read-only.
+
+Dequantizing 135M parameters takes seconds and parsing a GGUF's 49k-entry vocabulary with
+gguf-py takes several more, so both happen once, on first use, and the result is cached as one
+file keyed by the GGUF's content fingerprint. Every later start maps that file and builds views:
+weights are offset views into one mapping, as in llama2.c.
+
+Image file layout (little-endian):
+    0   magic      4s   b"CHWI"
+    4   version    u32  IMAGE_VERSION
+    8   meta_len   u64  length of the UTF-8 JSON metadata that follows the preamble
+    16  data_off   u64  offset of the tensor data (page aligned)
+    24  data_len   u64  bytes of tensor data
+    32  metadata   JSON {fingerprint, config, tensors: {name: [offset, shape]}}
+    data_off       f32 tensors, each at a 64-byte aligned offset relative to data_off
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import struct
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType, quants
+
+from ..errors import ModelError, WeightImageError
+from ..fileio import atomic_output
+from ..state.layout import align_up
+from .config import ModelConfig
+from .gguf_file import ModelFile
+
+IMAGE_MAGIC = b"CHWI"
+IMAGE_VERSION = 1
+PREAMBLE = struct.Struct("<4sIQQQ")
+PAGE = 4096
+TENSOR_ALIGN = 64
+
+Progress = Callable[[int, int], None]  # (done_bytes, total_bytes)
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    attn_norm: np.ndarray  # (d_model,)
+    wqkv: np.ndarray  # (q_dim + 2*kv_dim, d_model): q, k, v rows fused for one matmul
+    wo: np.ndarray  # (d_model, q_dim)
+    ffn_norm: np.ndarray  # (d_model,)
+    w_gate_up: np.ndarray  # (2*ffn_dim, d_model): gate rows then up rows
+    w_down: np.ndarray  # (d_model, ffn_dim)
+
+
+@dataclass(frozen=True)
+class Weights:
+    token_embd: np.ndarray  # (vocab, d_model)
+    output: np.ndarray  # (vocab, d_model); the same array as token_embd when tied
+    output_norm: np.ndarray  # (d_model,)
+    layers: tuple[LayerWeights, ...]
+    nbytes: int
+
+
+def image_plan(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor of the image and its shape, in file order."""
+    d, f = cfg.d_model, cfg.ffn_dim
+    plan: dict[str, tuple[int, ...]] = {"token_embd": (cfg.vocab_size, d)}
+    if not cfg.tied_embeddings:
+        plan["output"] = (cfg.vocab_size, d)
+    plan["output_norm"] = (d,)
+    for i in range(cfg.n_layers):
+        plan[f"blk.{i}.attn_norm"] = (d,)
+        plan[f"blk.{i}.wqkv"] = (cfg.qkv_dim, d)
+        plan[f"blk.{i}.wo"] = (d, cfg.q_dim)
+        plan[f"blk.{i}.ffn_norm"] = (d,)
+        plan[f"blk.{i}.w_gate_up"] = (2 * f, d)
+        plan[f"blk.{i}.w_down"] = (d, f)
+    return plan
+
+
+def _sources(cfg: ModelConfig, name: str) -> list[str]:
+    """The GGUF tensors whose rows, stacked, make image tensor `name`."""
+    if name.endswith(".wqkv"):
+        blk = name[: -len(".wqkv")]
+        return [f"{blk}.attn_q.weight", f"{blk}.attn_k.weight", f"{blk}.attn_v.weight"]
+    if name.endswith(".w_gate_up"):
+        blk = name[: -len(".w_gate_up")]
+        return [f"{blk}.ffn_gate.weight", f"{blk}.ffn_up.weight"]
+    renames = {".wo": ".attn_output.weight", ".w_down": ".ffn_down.weight"}
+    for suffix, gguf_suffix in renames.items():
+        if name.endswith(suffix):
+            return [name[: -len(suffix)] + gguf_suffix]
+    return [name + ".weight"]
+
+
+def _dequantize(model: ModelFile, name: str) -> np.ndarray:
+    t = model.tensor(name)
+    if t.tensor_type == GGMLQuantizationType.F32:
+        out = np.asarray(t.data, dtype=np.float32)
+    elif t.tensor_type == GGMLQuantizationType.F16:
+        out = np.asarray(t.data).astype(np.float32)
+    else:
+        out = quants.dequantize(t.data, t.tensor_type)
+    # GGUF shapes list the fastest dimension first; ndarray shapes are the reverse.
+    return np.asarray(out, dtype=np.float32).reshape(tuple(int(x) for x in reversed(t.shape)))
+
+
+def build_image(model: ModelFile, dest: Path, progress: Progress | None = None) -> None:
+    """Dequantize `model` into an image at `dest`, atomically (tmp file, fsync, rename)."""
+    cfg = model.config
+    plan = image_plan(cfg)
+    table: dict[str, list] = {}
+    cursor = 0
+    for name, shape in plan.items():
+        table[name] = [cursor, list(shape)]
+        nbytes = 4 * int(np.prod(shape))
+        cursor += align_up(nbytes, TENSOR_ALIGN)
+    data_len = cursor
+    meta = json.dumps(
+        {
+            "fingerprint": model.fingerprint,
+            "config": asdict(cfg),
+            "tensors": table,
+        }
+    ).encode()
+    data_off = align_up(PREAMBLE.size + len(meta), PAGE)
+    total = data_off + data_len
+
+    with atomic_output(dest, "w+b") as f:
+        f.truncate(total)
+        f.write(PREAMBLE.pack(IMAGE_MAGIC, IMAGE_VERSION, len(meta), data_off, data_len))
+        f.write(meta)
+        with mmap.mmap(f.fileno(), total) as m:
+            done = 0
+            for name, shape in plan.items():
+                offset = data_off + table[name][0]
+                out = np.frombuffer(m, np.float32, int(np.prod(shape)), offset).reshape(shape)
+                parts = [_dequantize(model, src) for src in _sources(cfg, name)]
+                stacked_shape = (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
+                if stacked_shape != shape:
+                    raise ModelError(
+                        f"tensor {name} has shape {stacked_shape}, expected {shape}: "
+                        f"{model.path}"
+                    )
+                np.concatenate(parts, axis=0, out=out)
+                del out, parts
+                done += 4 * int(np.prod(shape))
+                if progress:
+                    progress(done, data_len)
+            m.flush()
+
+
+@dataclass
+class WeightImage:
+    """A mapped image: the weights as read-only views into one mapping."""
+
+    path: Path
+    config: ModelConfig
+    weights: Weights
+    # Kept for the image's lifetime; numpy views hold it too, so it unmaps when the last goes.
+    _mapping: mmap.mmap
+
+
+def map_image(path: Path, fingerprint: str) -> WeightImage:
+    """Map an image read-only and check it; raise WeightImageError if it cannot be trusted."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise WeightImageError(f"no weight image at {path}") from None
+    try:
+        size = os.fstat(fd).st_size
+        if size < PREAMBLE.size:
+            raise WeightImageError(f"weight image truncated at byte {size}: {path}")
+        # Populate up front: the first decoded token would otherwise pay ~135k page faults.
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        mapping = mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    try:
+        magic, version, meta_len, data_off, data_len = PREAMBLE.unpack_from(mapping, 0)
+        if magic != IMAGE_MAGIC:
+            raise WeightImageError(f"not a weight image (magic {magic!r}): {path}")
+        if version != IMAGE_VERSION:
+            raise WeightImageError(f"weight image version {version} unsupported: {path}")
+        if PREAMBLE.size + meta_len > data_off or data_off + data_len != size:
+            raise WeightImageError(f"weight image truncated or padded ({size} bytes): {path}")
+        meta = json.loads(bytes(mapping[PREAMBLE.size : PREAMBLE.size + meta_len]))
+        if meta.get("fingerprint") != fingerprint:
+            raise WeightImageError(f"weight image belongs to another model: {path}")
+        cfg = ModelConfig(**meta["config"])
+        views: dict[str, np.ndarray] = {}
+        for name, shape in image_plan(cfg).items():
+            offset, stored_shape = meta["tensors"][name]
+            count = int(np.prod(shape))
+            in_bounds = offset % TENSOR_ALIGN == 0 and offset + 4 * count <= data_len
+            if tuple(stored_shape) != shape or not in_bounds:
+                raise WeightImageError(f"weight image tensor {name} out of bounds: {path}")
+            view = np.frombuffer(mapping, np.float32, count, data_off + offset)
+            views[name] = view.reshape(shape)
+    except WeightImageError:
+        mapping.close()
+        raise
+    except (ValueError, KeyError, TypeError) as exc:
+        mapping.close()
+        raise WeightImageError(f"weight image metadata unreadable ({exc}): {path}") from None
+    return WeightImage(path, cfg, _weights_from_views(cfg, views), mapping)
+
+
+def _weights_from_views(cfg: ModelConfig, v: dict[str, np.ndarray]) -> Weights:
+    layers = tuple(
+        LayerWeights(
+            attn_norm=v[f"blk.{i}.attn_norm"],
+            wqkv=v[f"blk.{i}.wqkv"],
+            wo=v[f"blk.{i}.wo"],
+            ffn_norm=v[f"blk.{i}.ffn_norm"],
+            w_gate_up=v[f"blk.{i}.w_gate_up"],
+            w_down=v[f"blk.{i}.w_down"],
+        )
+        for i in range(cfg.n_layers)
+    )
+    return Weights(
+        token_embd=v["token_embd"],
+        output=v.get("output", v["token_embd"]),
+        output_norm=v["output_norm"],
+        layers=layers,
+        nbytes=sum(a.nbytes for a in v.values()),
+    )

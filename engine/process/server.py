@@ -1,0 +1,352 @@
+"""The engine process's request loop (docs/protocol.md).
+
+Threads: a reader turns stdin lines into jobs (`cancel` and `shutdown` act at once); one
+compute thread runs jobs in order, so a session's state is only ever touched there; snapshot
+writers and debounce timers run beside it and hand their results back as events or jobs.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..allocs import rss_mb
+from ..errors import ChannelError
+from ..model.config import RingPolicy
+from ..model.model import Model
+from ..session.runtime import SessionRuntime, boot_fields, ring_summary
+from ..session.session import Session, TurnResult
+from ..session.watch import StreamWatcher
+from ..snapshot.writer import SaveResult
+from ..state.sampler import SamplingSettings
+from .protocol import PROTOCOL_VERSION, ProtocolError, Request, parse_request
+
+log = logging.getLogger("channel.engine")
+Emit = Callable[[dict], None]
+DEFAULT_MAX_TOKENS = 512
+
+
+class BootAbandoned(Exception):
+    """Raised from a replay progress callback to stop opening a session."""
+
+
+class EngineServer:
+    def __init__(self, model: Model, data_dir: Path, emit: Emit, debounce_s: float = 5.0,
+                 policy: RingPolicy | None = None, backend=None):
+        self.model = model
+        self.data_dir = Path(data_dir)
+        self.emit = emit
+        self.debounce_s = debounce_s
+        self.policy = policy
+        self.backend = backend
+        self.sessions: dict[str, SessionRuntime] = {}
+        self.jobs: queue.Queue = queue.Queue()
+        self.stopping = threading.Event()
+        self.done = threading.Event()
+        self.watcher = StreamWatcher(self.data_dir, lambda name: self.jobs.put(("poll", name)))
+
+    # -- called from other threads --------------------------------------------------------
+    def submit_line(self, line: str) -> None:
+        try:
+            request = parse_request(line)
+        except ProtocolError as exc:
+            self.emit({"type": "error", "req": exc.request_id, "code": "bad_request",
+                       "message": str(exc)})
+            return
+        if request.type == "cancel":
+            self._cancel(request)
+        elif request.type == "shutdown":
+            self.request_shutdown("shutdown requested", request.id)
+        else:
+            self.jobs.put(("request", request))
+
+    def request_shutdown(self, reason: str, request_id=None) -> None:
+        if self.stopping.is_set():
+            return
+        log.info("shutting down: %s", reason)
+        self.stopping.set()
+        for runtime in self.sessions.values():
+            runtime.cancel.set()
+        self.jobs.put(("shutdown", request_id, reason))
+
+    def _cancel(self, request: Request) -> None:
+        runtime = self.sessions.get(request.session or "")
+        if runtime is None:
+            self._error(request, "unknown_session", f"session {request.session!r} is not open")
+            return
+        runtime.cancel.set()
+        self.emit({"type": "cancelling", "req": request.id, "session": runtime.name,
+                   "turn_active": runtime.turn_active})
+
+    # -- the compute thread -----------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            self.watcher.start()
+            while True:
+                job = self.jobs.get()
+                if job[0] == "shutdown":
+                    self._shutdown(job[1], job[2])
+                    return
+                try:
+                    self._dispatch(job)
+                except Exception as exc:  # never let one job take the engine down
+                    log.exception("job %s failed", job[0])
+                    request = job[1] if job[0] == "request" else None
+                    self._error(request, "internal", _one_line(exc))
+        finally:
+            self.watcher.stop()
+            self.done.set()
+
+    def _dispatch(self, job: tuple) -> None:
+        kind = job[0]
+        if kind == "poll":
+            self._poll(job[1])
+        elif kind == "autosave":
+            self._autosave(job[1])
+        elif self.stopping.is_set():
+            self._error(job[1], "shutting_down", "the engine is shutting down")
+        else:
+            request: Request = job[1]
+            try:
+                getattr(self, f"_on_{request.type}")(request)
+            except (ChannelError, ValueError, OSError) as exc:
+                self._error(request, type(exc).__name__, _one_line(exc))
+
+    def _error(self, request: Request | None, code: str, message: str) -> None:
+        event = {"type": "error", "code": code, "message": message}
+        if request is not None:
+            event["req"] = request.id
+            if request.session:
+                event["session"] = request.session
+        self.emit(event)
+
+    def _runtime(self, request: Request) -> SessionRuntime:
+        runtime = self.sessions.get(request.session or "")
+        if runtime is None:
+            raise ValueError(f"session {request.session!r} is not open")
+        return runtime
+
+    # -- requests ---------------------------------------------------------------------------
+    def _on_hello(self, request: Request) -> None:
+        self.emit(self.hello_event(request.id))
+
+    def hello_event(self, request_id=None) -> dict:
+        backend = self.backend.describe() if self.backend else {"backend": "numpy"}
+        return {"type": "hello", "req": request_id, "protocol": PROTOCOL_VERSION,
+                "model": self.model.name, "model_path": str(self.model.path),
+                "fingerprint": self.model.fingerprint, "backend": backend["backend"],
+                "backend_info": backend, "data_dir": str(self.data_dir),
+                "sessions": sorted(self.sessions)}
+
+    def _on_open(self, request: Request) -> None:
+        name = request.session
+        if name in self.sessions:
+            runtime = self.sessions[name]
+            self.emit({"type": "booted", "req": request.id, "session": name, "kind": "open",
+                       "reason": "already open", "transcript": self._transcript(runtime)})
+            self._emit_ring(runtime, request.id)
+            return
+        session = Session(self.model, self.data_dir, name, self.policy, self.backend)
+
+        def progress(done: int, total: int) -> None:
+            self.emit({"type": "replay_progress", "req": request.id, "session": name,
+                       "done": done, "total": total})
+            if self.stopping.is_set():
+                raise BootAbandoned  # a long cold replay must not hold up a shutdown
+
+        try:
+            report = session.boot(cold=bool(request.args.get("cold")), progress=progress)
+        except BootAbandoned:
+            # Never registered, so never flushed: a half-replayed ring is not saved.
+            self._error(request, "shutting_down", f"opening {name!r} abandoned: shutting down")
+            return
+        runtime = SessionRuntime(session, stream_offset=session.stream_offset)
+        self.sessions[name] = runtime
+        self.emit({"type": "booted", "req": request.id, "session": name, **boot_fields(report),
+                   "transcript": self._transcript(runtime)})
+        self._emit_ring(runtime, request.id)
+        self._poll(name)  # anything appended while we booted
+        if session.transcript.pending_user():
+            self._answer(runtime, request.id, lambda **kw: session.answer_pending(**kw))
+
+    def _on_turn(self, request: Request) -> None:
+        runtime = self._runtime(request)
+        text = request.args["text"]
+        if not text.strip():
+            raise ValueError("empty message")
+        session = runtime.session
+        self._answer(runtime, request.id, lambda **kw: session.turn(text, **kw),
+                     _settings(request.args), request.args.get("max_tokens"))
+
+    def _answer(self, runtime: SessionRuntime, request_id, run, settings=None,
+                max_tokens=None) -> TurnResult:
+        runtime.disarm_debounce()
+        runtime.cancel.clear()
+        if self.stopping.is_set():
+            runtime.cancel.set()
+        runtime.turn_active = True
+        name = runtime.name
+        self.emit({"type": "turn_started", "req": request_id, "session": name})
+
+        def on_text(piece: str) -> None:
+            self.emit({"type": "token", "req": request_id, "session": name, "text": piece})
+
+        try:
+            result = run(settings=settings or SamplingSettings(),
+                         max_tokens=max_tokens or DEFAULT_MAX_TOKENS, on_text=on_text,
+                         should_stop=runtime.cancel.is_set)
+        finally:
+            runtime.turn_active = False
+        ring = runtime.session.conversation.ring
+        self.emit({"type": "end_of_turn", "req": request_id, "session": name,
+                   "reply": result.reply, "stop": result.stop, "event_id": result.event_id,
+                   "prompt_tokens": result.prompt_tokens, "decode_tokens": len(result.reply_ids),
+                   "prefill_tok_s": round(result.prefill_tok_s, 2),
+                   "decode_tok_s": round(result.decode_tok_s, 2), "clock": ring.clock})
+        self._emit_ring(runtime, request_id)
+        if not self.stopping.is_set():
+            runtime.arm_debounce(self.debounce_s, lambda: self.jobs.put(("autosave", name)))
+            self._snapshot_event(runtime, None, {"status": "pending",
+                                                 "due_in_ms": round(self.debounce_s * 1e3)})
+        return result
+
+    def _on_save(self, request: Request) -> None:
+        runtime = self._runtime(request)
+        runtime.disarm_debounce()
+        self._save(runtime, request.id, wait=True)
+
+    def _on_restore(self, request: Request) -> None:
+        runtime = self._runtime(request)
+        runtime.disarm_debounce()
+        t0 = time.perf_counter()
+        report = runtime.session.restore_now()
+        runtime.stream_offset = runtime.session.stream.read().end_offset
+        self.emit({"type": "restored", "req": request.id, "session": runtime.name,
+                   **boot_fields(report), "total_ms": round((time.perf_counter() - t0) * 1e3, 3),
+                   "transcript": self._transcript(runtime)})
+        self._emit_ring(runtime, request.id)
+
+    def _on_stats(self, request: Request) -> None:
+        names = [request.session] if request.session else sorted(self.sessions)
+        sessions = {}
+        for name in names:
+            runtime = self.sessions.get(name)
+            if runtime is None:
+                raise ValueError(f"session {name!r} is not open")
+            snap = runtime.session.snapshots
+            sessions[name] = {
+                "ring": ring_summary(runtime.session), "turn_active": runtime.turn_active,
+                "snapshot": {"path": str(snap.path), "state": runtime.snapshot_state,
+                             "bytes": snap.path.stat().st_size if snap.path.exists() else 0,
+                             "saved_clock": snap.last_clock, "busy": snap.busy,
+                             # 'mapped': written straight from the arena views; 'staging':
+                             # copied out of slow device memory first (a GPU's BAR window)
+                             "io_path": getattr(runtime.session.conversation.forward,
+                                                "snapshot_path", "mapped")},
+            }
+        engine = {k: v for k, v in self.hello_event().items()
+                  if k not in ("type", "req", "sessions")}
+        self.emit({"type": "stats", "req": request.id, **engine, "sessions": sessions,
+                   "rss_mb": round(rss_mb()[0], 1)})
+
+    def _on_boot_compare(self, request: Request) -> None:
+        from ..session.boot_compare import compare_boots
+
+        runtime = self._runtime(request)
+        self._save(runtime, request.id, wait=True)
+        result = compare_boots(self.model, self.data_dir, runtime.name, self.policy,
+                               self.backend)
+        self.emit({"type": "boot_compare", "req": request.id, "session": runtime.name,
+                   **result})
+
+    def _on_close(self, request: Request) -> None:
+        runtime = self._runtime(request)
+        self._flush(runtime, request.id)
+        del self.sessions[runtime.name]
+        self.emit({"type": "closed", "req": request.id, "session": runtime.name})
+
+    # -- snapshots and the stream -----------------------------------------------------------
+    def _save(self, runtime: SessionRuntime, request_id, wait: bool) -> SaveResult:
+        def done(result: SaveResult) -> None:
+            self._snapshot_event(runtime, request_id, _save_fields(result))
+
+        if not wait:
+            self._snapshot_event(runtime, request_id, {"status": "saving"})
+        runtime.session.snapshots.wait()
+        return runtime.session.save(wait=wait, on_done=done)
+
+    def _autosave(self, name: str) -> None:
+        runtime = self.sessions.get(name)
+        if runtime is not None and not runtime.turn_active and not self.stopping.is_set():
+            self._save(runtime, None, wait=False)
+
+    def _snapshot_event(self, runtime: SessionRuntime, request_id, fields: dict) -> None:
+        runtime.snapshot_state = fields["status"]
+        self.emit({"type": "snapshot", "req": request_id, "session": runtime.name, **fields})
+
+    def _poll(self, name: str) -> None:
+        """Take in events other programs appended to an open session's stream."""
+        runtime = self.sessions.get(name)
+        if runtime is None:
+            return
+        session = runtime.session
+        read = session.stream.read(runtime.stream_offset)
+        runtime.stream_offset = read.end_offset
+        for warning in read.warnings:
+            self.emit({"type": "warning", "session": name, "message": warning})
+        for event in read.events:
+            if event.id in session.stream.own_ids:
+                session.stream.own_ids.discard(event.id)
+                continue
+            self.emit({"type": "stream_event", "session": name, "id": event.id,
+                       "role": event.role, "content": event.content, "ts": event.ts})
+            if event.role == "user" and not self.stopping.is_set():
+                self._answer(runtime, None, lambda ev=event, **kw: session.respond_to(ev, **kw))
+            else:
+                session.ingest_event(event)
+                self._emit_ring(runtime, None)
+
+    def _flush(self, runtime: SessionRuntime, request_id) -> SaveResult:
+        runtime.disarm_debounce()
+        return self._save(runtime, request_id, wait=True)
+
+    def _shutdown(self, request_id, reason: str) -> None:
+        for runtime in list(self.sessions.values()):
+            try:
+                self._flush(runtime, request_id)
+            except Exception as exc:  # keep flushing the other sessions
+                log.exception("flush of %s failed", runtime.name)
+                self._snapshot_event(runtime, request_id,
+                                     {"status": "failed", "error": _one_line(exc)})
+        self.emit({"type": "bye", "req": request_id, "reason": reason})
+
+    def _emit_ring(self, runtime: SessionRuntime, request_id) -> None:
+        self.emit({"type": "ring", "req": request_id, "session": runtime.name,
+                   **ring_summary(runtime.session)})
+
+    def _transcript(self, runtime: SessionRuntime) -> list[dict]:
+        return [{"id": e.id, "role": e.role, "content": e.content, "ts": e.ts,
+                 "stop": e.extra.get("stop")}
+                for e in runtime.session.stream.read().events]
+
+
+def _settings(args: dict) -> SamplingSettings:
+    return SamplingSettings(temperature=args.get("temperature", 0.0), top_k=args.get("top_k", 0),
+                            top_p=args.get("top_p", 1.0), seed=args.get("seed"))
+
+
+def _save_fields(result: SaveResult) -> dict:
+    fields = {"status": result.status.name.lower(), "bytes": result.bytes,
+              "ms": round(result.ms, 3), "clock": result.clock}
+    if result.error:
+        fields["error"] = result.error
+    return fields
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__

@@ -1,0 +1,107 @@
+"""The transcript as the chat template renders it, kept in step with the ring's tokens.
+
+The ring always holds the tokens of the template's rendering of the messages so far
+(`rendered`), fed incrementally: each message's tokens are the difference between rendering
+the history with it and without it. Assistant replies are fed as the exact ids that were
+sampled (kept in the stream), so replaying a transcript rebuilds the ring a live conversation
+built.
+"""
+
+from __future__ import annotations
+
+from ..model.chat_template import ChatTemplate, ChatTemplateError
+from ..model.tokenizer import Tokenizer
+from .stream import StreamEvent
+
+
+def encode_with_content(tokenizer: Tokenizer, text: str, content: str) -> list[int]:
+    """Encode template output `text`, treating the message `content` inside it as plain text.
+
+    Control tokens in the template's own markup are parsed; the same strings typed by a person
+    stay text, so a message cannot close its own turn or forge another role.
+    """
+    at = text.rfind(content) if content else -1
+    if at < 0:
+        return tokenizer.encode(text)
+    return (
+        tokenizer.encode(text[:at])
+        + tokenizer.encode(content, parse_special=False)
+        + tokenizer.encode(text[at + len(content) :])
+    )
+
+
+class Transcript:
+    def __init__(self, template: ChatTemplate, tokenizer: Tokenizer, fingerprint: str,
+                 vocab_size: int):
+        self.template = template
+        self.tokenizer = tokenizer
+        self.fingerprint = fingerprint
+        self.vocab_size = vocab_size
+        self.messages: list[dict] = []
+        self.rendered = ""
+        self.awaiting_reply = False  # the ring ends with the assistant generation prompt
+
+    def reset_to(self, events: list[StreamEvent], awaiting_reply: bool) -> None:
+        """Adopt `events` as already in the ring (a restored snapshot holds their tokens)."""
+        self.messages = [{"role": e.role, "content": e.content} for e in events]
+        self.rendered = self.template.render(self.messages, add_generation_prompt=awaiting_reply)
+        self.awaiting_reply = awaiting_reply
+
+    def user_turn(self, text: str) -> list[int]:
+        """Tokens for a new user message plus the assistant generation prompt."""
+        self.messages.append({"role": "user", "content": text})
+        return encode_with_content(self.tokenizer, self._advance(True), text)
+
+    def event_tokens(self, event: StreamEvent, generation_prompt: bool) -> list[int]:
+        """Tokens that extend the ring by one stream event."""
+        ids = event.extra.get("tokens")
+        exact = (
+            event.role == "assistant"
+            and self.awaiting_reply
+            and event.extra.get("model") == self.fingerprint
+            and isinstance(ids, list)
+            and all(isinstance(t, int) and 0 <= t < self.vocab_size for t in ids)
+        )
+        if exact:
+            return list(ids) + self.close_assistant(event.content)
+        self.messages.append({"role": event.role, "content": event.content})
+        return encode_with_content(self.tokenizer, self._advance(generation_prompt),
+                                   event.content)
+
+    def pending_user(self) -> bool:
+        """The transcript ends with a user message that nothing has answered yet."""
+        return bool(self.messages) and self.messages[-1]["role"] == "user" and (
+            not self.awaiting_reply
+        )
+
+    def generation_prompt(self) -> list[int]:
+        """Tokens that open the assistant's reply after a pending user message."""
+        return self.tokenizer.encode(self._advance(True))
+
+    def close_assistant(self, content: str) -> list[int]:
+        """Record a reply whose tokens are in the ring; return what the template puts after
+        its content (e.g. '<|im_end|>\\n' for ChatML)."""
+        self.messages.append({"role": "assistant", "content": content})
+        text = self._render_extending()
+        body = text[len(self.rendered) :]
+        self.rendered = text
+        self.awaiting_reply = False
+        if not body.startswith(content):
+            raise ChatTemplateError("chat template rewrites assistant replies; cannot replay")
+        return self.tokenizer.encode(body[len(content) :])
+
+    def _advance(self, generation_prompt: bool) -> str:
+        text = self._render_extending(generation_prompt)
+        delta = text[len(self.rendered) :]
+        self.rendered = text
+        self.awaiting_reply = generation_prompt
+        return delta
+
+    def _render_extending(self, generation_prompt: bool = False) -> str:
+        text = self.template.render(self.messages, add_generation_prompt=generation_prompt)
+        if not text.startswith(self.rendered):
+            raise ChatTemplateError(
+                "chat template is not prefix-stable: rendering a longer transcript changed "
+                "its beginning, so turns cannot be fed incrementally"
+            )
+        return text

@@ -1,0 +1,248 @@
+"""The snapshot file format: layout, packing and validation (no I/O policy here).
+
+Byte layout, all little-endian (docs/snapshot.md has the full table):
+
+    0     SnapshotHeader     624 B  the seed's extern struct, byte for byte
+    624   BodyHeader          64 B  b"CHANNEL1", n_active, identity length, section offsets
+    688   identity               -  UTF-8 JSON: model fingerprint, dtype, geometry, RoPE, policy
+    ...   slot metadata          -  clock u64[n], pos i32[n], active u8[n], salience f32[n]
+    ...   ring state             -  turn_starts u64[128], sampler_state u64[6], counters u64[8]
+    kv    K slabs, V slabs       -  f32 [L][n][kv_dim] each, 64-byte aligned
+    end-24  trailer           24 B  b"SNAPSUM\\0" + xxh3-128 of every byte before the trailer
+
+Every failure to read a file raises a SnapshotError subclass whose message is one line.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import ChannelError
+from ..state.arena import MAX_TURN_BOUNDARIES, SAMPLER_WORDS
+from ..state.layout import align_up
+
+if TYPE_CHECKING:
+    from ..state.conversation import Conversation
+
+SNAPSHOT_MAGIC = b"SNAP"
+SNAPSHOT_VERSION = 1
+MAX_STREAM_ID = 64
+# The seed's SnapshotHeader: extern struct, natural C alignment, which '<' reproduces here
+# because every field already sits at a multiple of its size.
+HEADER = struct.Struct(f"<4sIQIIIIQHH{MAX_STREAM_ID}sI{MAX_TURN_BOUNDARIES}I")
+BODY_MAGIC = b"CHANNEL1"
+BODY = struct.Struct("<8sIIQQQ24x")  # magic, n_active, identity_len, kv_offset, kv_bytes, size
+TRAILER_MAGIC = b"SNAPSUM\0"
+TRAILER = struct.Struct("<8s16s")
+COUNTER_WORDS = 8
+KV_ALIGN = 64
+
+assert HEADER.size == 624 and BODY.size == 64
+
+
+class SnapshotError(ChannelError):
+    """A snapshot cannot be used; the message says why in one line."""
+
+
+class SnapshotTruncatedError(SnapshotError):
+    pass
+
+
+class SnapshotMagicError(SnapshotError):
+    pass
+
+
+class SnapshotVersionError(SnapshotError):
+    pass
+
+
+class SnapshotChecksumError(SnapshotError):
+    pass
+
+
+class SnapshotIdentityError(SnapshotError):
+    """Taken with another model, geometry or dtype: refused, never misread."""
+
+
+class SnapshotCorruptError(SnapshotError):
+    """Fields contradict each other or the ring's invariants."""
+
+
+@dataclass(frozen=True)
+class Sections:
+    """Absolute offsets of every section for a snapshot of n active slots."""
+
+    n_active: int
+    n_layers: int
+    kv_dim: int
+    identity: int
+    identity_len: int
+    slot_clock: int
+    slot_pos: int
+    slot_active: int
+    slot_salience: int
+    turn_starts: int
+    sampler_state: int
+    counters: int
+    kv: int  # K slabs start here, V slabs follow
+    slab_bytes: int  # one layer's K (or V) bytes: n * kv_dim * 4
+    trailer: int
+    size: int
+
+    @staticmethod
+    def plan(n_active: int, n_layers: int, kv_dim: int, identity_len: int) -> Sections:
+        at = HEADER.size + BODY.size
+        identity = at
+        at = align_up(at + identity_len, 8)
+        slot_clock, at = at, at + 8 * n_active
+        slot_pos, at = at, at + 4 * n_active
+        slot_active, at = at, align_up(at + n_active, 4)
+        slot_salience, at = at, align_up(at + 4 * n_active, 8)
+        turn_starts, at = at, at + 8 * MAX_TURN_BOUNDARIES
+        sampler_state, at = at, at + 8 * SAMPLER_WORDS
+        counters, at = at, at + 8 * COUNTER_WORDS
+        kv = align_up(at, KV_ALIGN)
+        slab = 4 * n_active * kv_dim
+        trailer = kv + 2 * n_layers * slab
+        return Sections(n_active, n_layers, kv_dim, identity, identity_len, slot_clock,
+                        slot_pos, slot_active, slot_salience, turn_starts, sampler_state,
+                        counters, kv, slab, trailer, trailer + TRAILER.size)
+
+    def k_slab(self, layer: int) -> int:
+        return self.kv + layer * self.slab_bytes
+
+    def v_slab(self, layer: int) -> int:
+        return self.kv + (self.n_layers + layer) * self.slab_bytes
+
+
+@dataclass(frozen=True)
+class Header:
+    """The seed header's fields, decoded."""
+
+    version: int
+    clock: int
+    num_anchors: int
+    num_layers: int
+    kv_dim: int
+    max_slots: int
+    total_ingested: int
+    stream_id: str
+    turn_boundaries: tuple[int, ...]
+
+    def pack(self) -> bytes:
+        sid = self.stream_id.encode("ascii")
+        if len(sid) > MAX_STREAM_ID:
+            raise ValueError(f"stream id longer than {MAX_STREAM_ID} bytes")
+        turns = list(self.turn_boundaries[-MAX_TURN_BOUNDARIES:])
+        padded = turns + [0] * (MAX_TURN_BOUNDARIES - len(turns))
+        return HEADER.pack(SNAPSHOT_MAGIC, self.version, self.clock, self.num_anchors,
+                           self.num_layers, self.kv_dim, self.max_slots, self.total_ingested,
+                           len(sid), 0, sid, len(turns), *(t & 0xFFFFFFFF for t in padded))
+
+
+def unpack_header(data: bytes | memoryview) -> Header:
+    """Decode and sanity-check the 624-byte seed header."""
+    if len(data) < HEADER.size:
+        raise SnapshotTruncatedError(f"truncated at byte {len(data)} (header needs {HEADER.size})")
+    fields = HEADER.unpack_from(data, 0)
+    magic, version = fields[0], fields[1]
+    if magic != SNAPSHOT_MAGIC:
+        raise SnapshotMagicError(f"not a snapshot (magic {bytes(magic)!r}, expected b'SNAP')")
+    if version != SNAPSHOT_VERSION:
+        raise SnapshotVersionError(f"version {version} unsupported (this build reads 1)")
+    (clock, anchors, layers, kv_dim, max_slots, ingested, sid_len, pad, sid, turn_count) = (
+        fields[2:12]
+    )
+    if sid_len > MAX_STREAM_ID or pad != 0 or turn_count > MAX_TURN_BOUNDARIES:
+        raise SnapshotCorruptError(
+            f"header fields out of range (stream_id_len {sid_len}, pad {pad}, "
+            f"turn_boundary_count {turn_count})"
+        )
+    try:
+        stream_id = bytes(sid[:sid_len]).decode("ascii")
+    except UnicodeDecodeError:
+        raise SnapshotCorruptError("header stream_id is not ASCII") from None
+    turns = tuple(fields[12 : 12 + turn_count])
+    return Header(version, clock, anchors, layers, kv_dim, max_slots, ingested, stream_id, turns)
+
+
+def pack_body(sections: Sections) -> bytes:
+    return BODY.pack(BODY_MAGIC, sections.n_active, sections.identity_len, sections.kv,
+                     2 * sections.n_layers * sections.slab_bytes, sections.size)
+
+
+def unpack_sections(data: bytes | memoryview, header: Header, actual_size: int) -> Sections:
+    """Decode the body header and check every section lies inside a file of this size."""
+    end = HEADER.size + BODY.size
+    if actual_size < end:
+        raise SnapshotTruncatedError(f"truncated at byte {actual_size} (body header needs {end})")
+    magic, n_active, identity_len, kv, kv_bytes, size = BODY.unpack_from(data, HEADER.size)
+    if magic != BODY_MAGIC:
+        raise SnapshotMagicError(f"unknown snapshot body {bytes(magic)!r}")
+    if actual_size < size:
+        raise SnapshotTruncatedError(f"truncated at byte {actual_size} of {size}")
+    if actual_size > size:
+        raise SnapshotCorruptError(f"{actual_size - size} unexpected bytes after the trailer")
+    if n_active > header.max_slots or header.num_anchors > n_active:
+        raise SnapshotCorruptError(
+            f"{n_active} active slots, {header.num_anchors} anchors, ring of {header.max_slots}"
+        )
+    sections = Sections.plan(n_active, header.num_layers, header.kv_dim, identity_len)
+    if (sections.kv, sections.size, 2 * header.num_layers * sections.slab_bytes) != (
+        kv, size, kv_bytes
+    ):
+        raise SnapshotCorruptError("section offsets disagree with the header's geometry")
+    return sections
+
+
+def pack_trailer(digest: bytes) -> bytes:
+    return TRAILER.pack(TRAILER_MAGIC, digest)
+
+
+def unpack_trailer(data: bytes | memoryview, sections: Sections) -> bytes:
+    magic, digest = TRAILER.unpack_from(data, sections.trailer)
+    if magic != TRAILER_MAGIC:
+        raise SnapshotChecksumError("checksum trailer missing")
+    return digest
+
+
+def identity_of(conv: Conversation) -> dict:
+    """What a snapshot must agree on with the engine that restores it."""
+    cfg, model = conv.model.config, conv.model
+    return {
+        "model_fingerprint": model.fingerprint,
+        "model_name": model.name,
+        "kv_dtype": str(conv.arena.views().k_cache.dtype),
+        "geometry": {
+            "n_layers": cfg.n_layers, "d_model": cfg.d_model, "n_heads": cfg.n_heads,
+            "n_kv_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim, "kv_dim": cfg.kv_dim,
+            "context_length": cfg.context_length, "vocab_size": cfg.vocab_size,
+        },
+        "rope": {"theta": cfg.rope_theta, "dim": cfg.head_dim, "layout": "interleaved"},
+        "max_slots": conv.policy.max_slots,
+    }
+
+
+def identity_bytes(identity: dict) -> bytes:
+    return json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()
+
+
+def parse_identity(data: bytes | memoryview, sections: Sections) -> dict:
+    raw = bytes(data[sections.identity : sections.identity + sections.identity_len])
+    try:
+        identity = json.loads(raw)
+    except ValueError:
+        raise SnapshotCorruptError("identity section is not valid JSON") from None
+    if not isinstance(identity, dict):
+        raise SnapshotCorruptError("identity section is not a JSON object")
+    return identity
+
+
+def array_at(data, offset: int, dtype, count: int) -> np.ndarray:
+    """A read-only view of `count` items at `offset` (never written through; copied out)."""
+    return np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<"), count=count, offset=offset)

@@ -1,0 +1,216 @@
+"""Reading a snapshot back: validate everything first, then copy into the arena.
+
+The file is mapped read-only and checked in full (sizes, magic, version, checksum, identity,
+ring invariants) before any live state is touched. Only then are its sections copied into the
+aligned arena views; file bytes are never used in place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import time
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import xxhash
+from ulid import ULID
+
+from ..state.arena import (
+    CLOCK,
+    MAX_TURN_BOUNDARIES,
+    N_ACTIVE,
+    N_ANCHORS,
+    NEXT_POS,
+    SAMPLER_WORDS,
+    TOTAL_INGESTED,
+)
+from ..state.conversation import Conversation
+from .format import (
+    COUNTER_WORDS,
+    Header,
+    Sections,
+    SnapshotChecksumError,
+    SnapshotCorruptError,
+    SnapshotIdentityError,
+    SnapshotTruncatedError,
+    array_at,
+    identity_of,
+    parse_identity,
+    unpack_header,
+    unpack_sections,
+    unpack_trailer,
+)
+
+
+@dataclass
+class ParsedSnapshot:
+    path: Path
+    size: int
+    header: Header
+    sections: Sections
+    identity: dict
+    mapping: mmap.mmap  # read-only; only ever copied from
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        s, m, n = self.sections, self.mapping, self.sections.n_active
+        return {
+            "slot_clock": array_at(m, s.slot_clock, np.uint64, n),
+            "slot_pos": array_at(m, s.slot_pos, np.int32, n),
+            "slot_active": array_at(m, s.slot_active, np.uint8, n),
+            "slot_salience": array_at(m, s.slot_salience, np.float32, n),
+            "turn_starts": array_at(m, s.turn_starts, np.uint64, MAX_TURN_BOUNDARIES),
+            "sampler_state": array_at(m, s.sampler_state, np.uint64, SAMPLER_WORDS),
+            "ring_counters": array_at(m, s.counters, np.uint64, COUNTER_WORDS),
+        }
+
+    def slab(self, kind: str, layer: int) -> np.ndarray:
+        s = self.sections
+        offset = s.k_slab(layer) if kind == "k" else s.v_slab(layer)
+        return array_at(self.mapping, offset, np.float32, s.n_active * s.kv_dim).reshape(
+            s.n_active, s.kv_dim
+        )
+
+
+@dataclass(frozen=True)
+class RestoreReport:
+    clock: int
+    n_active: int
+    bytes: int
+    stream_id: str
+    session: dict
+    validate_ms: float
+    copy_ms: float
+
+    @property
+    def restore_ms(self) -> float:
+        return self.validate_ms + self.copy_ms
+
+
+def read_snapshot(path: Path) -> ParsedSnapshot:
+    """Map and validate the file's own structure and checksum (no identity check yet)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            raise SnapshotTruncatedError("truncated at byte 0 (empty file)")
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        mapping = mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    try:
+        header = unpack_header(mapping)
+        sections = unpack_sections(mapping, header, size)
+        stored = unpack_trailer(mapping, sections)
+        with memoryview(mapping) as whole:
+            actual = xxhash.xxh3_128_digest(whole[: sections.trailer])
+        if actual != stored:
+            raise SnapshotChecksumError("checksum mismatch")
+        identity = parse_identity(mapping, sections)
+    except BaseException:
+        _close(mapping)
+        raise
+    return ParsedSnapshot(path, size, header, sections, identity, mapping)
+
+
+def check_compatible(snap: ParsedSnapshot, conv: Conversation) -> None:
+    """Refuse, with a reason, a snapshot this conversation cannot hold exactly."""
+    mine, theirs, h = identity_of(conv), snap.identity, snap.header
+    if theirs.get("model_fingerprint") != mine["model_fingerprint"]:
+        raise SnapshotIdentityError(
+            f"different model (snapshot: {theirs.get('model_name')!r} "
+            f"{str(theirs.get('model_fingerprint'))[:12]}, loaded: {mine['model_name']!r} "
+            f"{mine['model_fingerprint'][:12]})"
+        )
+    if theirs.get("kv_dtype") != mine["kv_dtype"]:
+        raise SnapshotIdentityError(
+            f"different KV dtype (snapshot {theirs.get('kv_dtype')}, engine {mine['kv_dtype']})"
+        )
+    for key in ("geometry", "rope"):
+        if theirs.get(key) != mine[key]:
+            raise SnapshotIdentityError(f"different {key} (snapshot {theirs.get(key)})")
+    if (h.max_slots, theirs.get("max_slots")) != (mine["max_slots"], mine["max_slots"]):
+        raise SnapshotIdentityError(
+            f"different ring size (snapshot {h.max_slots} slots, engine {mine['max_slots']})"
+        )
+    geometry = mine["geometry"]
+    if (h.num_layers, h.kv_dim) != (geometry["n_layers"], geometry["kv_dim"]):
+        raise SnapshotIdentityError(
+            f"different geometry (snapshot {h.num_layers} layers x {h.kv_dim}, engine "
+            f"{geometry['n_layers']} x {geometry['kv_dim']})"
+        )
+    _check_invariants(snap, geometry["context_length"])
+
+
+def _check_invariants(snap: ParsedSnapshot, context_length: int) -> None:
+    a, h, n = snap.arrays(), snap.header, snap.sections.n_active
+    c = a["ring_counters"]
+    expected = {N_ACTIVE: n, N_ANCHORS: h.num_anchors, CLOCK: h.clock,
+                TOTAL_INGESTED: h.total_ingested}
+    for index, value in expected.items():
+        if int(c[index]) != value:
+            raise SnapshotCorruptError(f"ring counter {index} is {int(c[index])}, header {value}")
+    pos, clocks = a["slot_pos"].astype(np.int64), a["slot_clock"]
+    if not (a["slot_active"] == 1).all():
+        raise SnapshotCorruptError("an inactive slot among the active ones")
+    if n and (pos.min() < 0 or (np.diff(pos) <= 0).any() or int(c[NEXT_POS]) <= pos[-1]):
+        raise SnapshotCorruptError("slot positions are not strictly increasing")
+    if int(c[NEXT_POS]) > context_length:
+        raise SnapshotCorruptError(f"next position {int(c[NEXT_POS])} beyond {context_length}")
+    if n and ((np.diff(clocks.astype(np.int64)) <= 0).any() or int(clocks[-1]) > h.clock):
+        raise SnapshotCorruptError("slot clocks are not increasing up to the header clock")
+    if not np.isfinite(a["slot_salience"]).all():
+        raise SnapshotCorruptError("non-finite salience")
+    if h.stream_id:
+        try:
+            ULID.from_str(h.stream_id)
+        except ValueError:
+            raise SnapshotCorruptError(f"stream anchor {h.stream_id!r} is not a ULID") from None
+
+
+def restore(conv: Conversation, path: Path,
+            known_ids: Collection[str] | None = None) -> RestoreReport:
+    """Validate `path` fully, then make it the conversation's state. Raises SnapshotError
+    (and leaves the conversation untouched) if the file cannot be used. With `known_ids`,
+    the snapshot's stream anchor must be one of them."""
+    t0 = time.perf_counter()
+    snap = read_snapshot(Path(path))
+    try:
+        check_compatible(snap, conv)
+        if known_ids is not None and snap.header.stream_id not in known_ids:
+            raise SnapshotCorruptError(
+                f"stream anchor {snap.header.stream_id or '(none)'} is not in the stream"
+            )
+        t1 = time.perf_counter()
+        _copy_into(snap, conv)
+        t2 = time.perf_counter()
+    finally:
+        _close(snap.mapping)
+    return RestoreReport(snap.header.clock, snap.sections.n_active, snap.size,
+                         snap.header.stream_id, snap.identity.get("session", {}),
+                         (t1 - t0) * 1e3, (t2 - t1) * 1e3)
+
+
+def _copy_into(snap: ParsedSnapshot, conv: Conversation) -> None:
+    v = conv.arena.views()
+    n = snap.sections.n_active
+    for name, source in snap.arrays().items():
+        target = getattr(v, name)
+        np.copyto(target[: source.shape[0]], source)
+        if name.startswith("slot_"):
+            target[n:] = 0
+    for layer in range(snap.sections.n_layers):
+        np.copyto(v.k_cache[layer, :n], snap.slab("k", layer))
+        np.copyto(v.v_cache[layer, :n], snap.slab("v", layer))
+    views = conv.arena.invalidate()  # anything holding the old views must not use them now
+    conv.sampler.load_state(views)
+    conv.last_logits = None  # logits are scratch: the next pass recomputes them
+
+
+def _close(mapping: mmap.mmap) -> None:
+    # An exception's traceback may still hold a view; the mapping then closes when it goes.
+    with contextlib.suppress(BufferError):
+        mapping.close()

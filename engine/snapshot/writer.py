@@ -1,0 +1,304 @@
+"""Saving a conversation's working state (seed 000); restore.py reads it back.
+
+Saving takes a *cut* in the engine thread: the small per-slot arrays and counters are copied,
+and the ring is frozen so that no eviction or rebase moves the captured K/V rows. A background
+thread then streams header, metadata and the K/V slabs straight from the arena views to
+`NAME.snapshot.bin.tmp` in 1 MiB writes, hashing as it goes, fsyncs, renames it over
+`NAME.snapshot.bin` and fsyncs the directory. Decoding continues meanwhile: new tokens land in
+slots past the cut.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import IntEnum
+from pathlib import Path
+
+import numpy as np
+import xxhash
+
+from ..state.conversation import Conversation
+from .format import (
+    SNAPSHOT_VERSION,
+    Header,
+    Sections,
+    identity_bytes,
+    identity_of,
+    pack_body,
+    pack_trailer,
+)
+
+WRITE_CHUNK = 1 << 20
+Progress = Callable[[int, int], None]
+
+
+class SnapshotStatus(IntEnum):
+    SAVED = 0
+    FAILED = 1
+    EXISTS = 2  # the zero-delta gate: the clock has not moved since the last checkpoint
+    BUSY = 3  # another save of this conversation is still being written
+
+
+@dataclass(frozen=True)
+class SaveResult:
+    status: SnapshotStatus
+    path: Path
+    clock: int
+    bytes: int = 0
+    ms: float = 0.0
+    error: str | None = None
+
+
+@dataclass
+class Cut:
+    """A consistent view of the state at one clock value."""
+
+    header: Header
+    identity: dict
+    sections: Sections
+    slot_clock: np.ndarray  # (n,) u64, copied
+    slot_pos: np.ndarray  # (n,) i32, copied
+    slot_active: np.ndarray  # (n,) u8, copied
+    slot_salience: np.ndarray  # (n,) f32, copied
+    turn_starts: np.ndarray  # (128,) u64, copied
+    sampler_state: np.ndarray  # (6,) u64, copied
+    counters: np.ndarray  # (8,) u64, copied
+    k_cache: np.ndarray  # (L, S, kv_dim) live view; rows < n are frozen until the write ends
+    v_cache: np.ndarray
+
+    @property
+    def clock(self) -> int:
+        return self.header.clock
+
+
+def take_cut(conv: Conversation, stream_id: str, session: dict | None = None) -> Cut:
+    v = conv.arena.views().check()
+    ring = conv.ring
+    n = ring.n_active
+    identity = identity_of(conv)
+    identity["ring_policy"] = conv.policy.as_dict()
+    identity["backend"] = conv.backend.name
+    identity["session"] = session or {}
+    header = Header(
+        version=SNAPSHOT_VERSION, clock=ring.clock, num_anchors=ring.n_anchors,
+        num_layers=conv.model.config.n_layers, kv_dim=conv.model.config.kv_dim,
+        max_slots=conv.policy.max_slots, total_ingested=ring.total_ingested,
+        stream_id=stream_id, turn_boundaries=tuple(ring.turn_boundaries()),
+    )
+    sections = Sections.plan(n, header.num_layers, header.kv_dim, len(identity_bytes(identity)))
+    k_cache, v_cache = v.k_cache, v.v_cache
+    if getattr(conv.forward, "snapshot_path", "mapped") == "staging":
+        # Device memory the CPU reads slowly: the backend copies the planes on the device into
+        # host-cached buffers first. They are reused by the next call, which cannot come
+        # before this write ends (a second save is BUSY until then).
+        staged = conv.forward.read_regions(["k_cache", "v_cache"])
+        k_cache, v_cache = staged["k_cache"], staged["v_cache"]
+    return Cut(header, identity, sections, v.slot_clock[:n].copy(), v.slot_pos[:n].copy(),
+               v.slot_active[:n].copy(), v.slot_salience[:n].copy(), v.turn_starts.copy(),
+               v.sampler_state.copy(), v.ring_counters.copy(), k_cache, v_cache)
+
+
+class SnapshotWriterStateError(RuntimeError):
+    pass
+
+
+class SnapshotWriter:
+    """Writes one cut to a temporary file; refuses calls made out of order.
+
+    open -> write_header -> write_metadata -> write_slabs -> commit (or abort at any point).
+    """
+
+    ORDER = ("open", "header", "metadata", "slabs", "committed")
+
+    def __init__(self, path: Path, progress: Progress | None = None):
+        self.path = Path(path)
+        self.tmp = self.path.with_name(self.path.name + ".tmp")
+        self._progress = progress
+        self._hash = xxhash.xxh3_128()
+        self._written = 0
+        self._total = 0
+        self._state = "open"
+        fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        self._file = os.fdopen(fd, "wb", buffering=WRITE_CHUNK)
+
+    def _advance(self, expected: str, to: str, call: str) -> None:
+        if self._state != expected:
+            raise SnapshotWriterStateError(
+                f"{call} called in state {self._state!r} (needs {expected!r})"
+            )
+        self._state = to
+
+    def _write(self, data) -> None:
+        view = memoryview(data).cast("B")
+        for start in range(0, len(view), WRITE_CHUNK):
+            chunk = view[start : start + WRITE_CHUNK]
+            self._hash.update(chunk)
+            self._file.write(chunk)
+            self._written += len(chunk)
+            if self._progress is not None:
+                self._progress(self._written, self._total)
+
+    def _pad_to(self, offset: int) -> None:
+        if offset < self._written:
+            raise SnapshotWriterStateError(f"section at {offset} overlaps byte {self._written}")
+        self._write(bytes(offset - self._written))
+
+    def write_header(self, cut: Cut) -> None:
+        self._advance("open", "header", "write_header")
+        self._total = cut.sections.size
+        self._write(cut.header.pack())
+        self._write(pack_body(cut.sections))
+        self._write(identity_bytes(cut.identity))
+
+    def write_metadata(self, cut: Cut) -> None:
+        self._advance("header", "metadata", "write_metadata")
+        s = cut.sections
+        for offset, array in (
+            (s.slot_clock, cut.slot_clock), (s.slot_pos, cut.slot_pos),
+            (s.slot_active, cut.slot_active), (s.slot_salience, cut.slot_salience),
+            (s.turn_starts, cut.turn_starts), (s.sampler_state, cut.sampler_state),
+            (s.counters, cut.counters),
+        ):
+            self._pad_to(offset)
+            self._write(np.ascontiguousarray(array).view(np.uint8))
+
+    def write_slabs(self, cut: Cut) -> None:
+        self._advance("metadata", "slabs", "write_slabs")
+        s = cut.sections
+        self._pad_to(s.kv)
+        n = s.n_active
+        for cache in (cut.k_cache, cut.v_cache):
+            for layer in range(s.n_layers):
+                self._write(cache[layer, :n])  # contiguous rows straight from the arena
+
+    def commit(self) -> int:
+        self._advance("slabs", "committed", "commit")
+        self._pad_to(self._total - len(pack_trailer(bytes(16))))
+        trailer = pack_trailer(self._hash.digest())
+        self._file.write(trailer)
+        self._written += len(trailer)
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        os.replace(self.tmp, self.path)
+        fsync_directory(self.path.parent)
+        return self._written
+
+    def abort(self) -> None:
+        self._state = "aborted"
+        # Closing flushes; on a full disk that fails again, and the file goes anyway.
+        with contextlib.suppress(OSError):
+            self._file.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+WRITER_NICENESS = 10
+
+
+def _yield_cpu_to_decoding() -> None:
+    """Lower this thread's CPU priority: on a busy machine the decode loop's BLAS threads go
+    first and the writer fills the gaps. On Linux a nice value is per thread."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WRITER_NICENESS)
+
+
+def fsync_directory(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_cut(cut: Cut, path: Path, progress: Progress | None = None) -> int:
+    writer = SnapshotWriter(path, progress)
+    try:
+        writer.write_header(cut)
+        writer.write_metadata(cut)
+        writer.write_slabs(cut)
+        return writer.commit()
+    except BaseException:
+        writer.abort()
+        raise
+
+
+def describe_os_error(exc: OSError) -> str:
+    if exc.errno == errno.ENOSPC:
+        return "no space left on device"
+    if exc.errno == errno.EDQUOT:
+        return "disk quota exceeded"
+    return exc.strerror or str(exc)
+
+
+@dataclass
+class Snapshotter:
+    """Owns one conversation's snapshot file and saves to it (sync or async); restore.py
+    reads it back."""
+
+    conversation: Conversation
+    path: Path
+    last_clock: int | None = None  # clock of the state known to be on disk
+    progress: Progress | None = None
+    _thread: threading.Thread | None = field(default=None, repr=False)
+    _result: SaveResult | None = field(default=None, repr=False)
+
+    @property
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self) -> SaveResult | None:
+        """Block until an in-flight save ends; its result (None if there was none)."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        return self._result
+
+    def save(self, stream_id: str, session: dict | None = None, *, wait: bool = True,
+             on_done: Callable[[SaveResult], None] | None = None) -> SaveResult:
+        """Checkpoint now. With wait=False the write runs on a background thread and the
+        returned result has status SAVED only as 'started'; on_done gets the final one."""
+        ring = self.conversation.ring
+        if self.busy:
+            return SaveResult(SnapshotStatus.BUSY, self.path, ring.clock)
+        self._thread = None
+        if self.last_clock == ring.clock and self.path.exists():
+            result = SaveResult(SnapshotStatus.EXISTS, self.path, ring.clock)
+            if on_done is not None:
+                on_done(result)
+            return result
+        cut = take_cut(self.conversation, stream_id, session)
+        ring.freeze()
+        self._result = None
+        thread = threading.Thread(target=self._write, args=(cut, on_done),
+                                  name=f"snapshot-{self.path.name}", daemon=True)
+        self._thread = thread
+        thread.start()
+        if wait:
+            return self.wait()  # type: ignore[return-value]
+        return SaveResult(SnapshotStatus.SAVED, self.path, cut.clock)
+
+    def _write(self, cut: Cut, on_done) -> None:
+        _yield_cpu_to_decoding()
+        t0 = time.perf_counter()
+        try:
+            size = write_cut(cut, self.path, self.progress)
+            result = SaveResult(SnapshotStatus.SAVED, self.path, cut.clock, size,
+                                (time.perf_counter() - t0) * 1e3)
+            self.last_clock = cut.clock
+        except OSError as exc:
+            result = SaveResult(SnapshotStatus.FAILED, self.path, cut.clock,
+                                error=describe_os_error(exc))
+        except Exception as exc:  # a bug must still thaw the ring and reach the caller
+            result = SaveResult(SnapshotStatus.FAILED, self.path, cut.clock,
+                                error=f"{type(exc).__name__}: {exc}")
+        finally:
+            self.conversation.ring.thaw()
+        self._result = result
+        if on_done is not None:
+            on_done(result)

@@ -1,0 +1,209 @@
+"""One conversation's state arena: a single 64-byte-aligned allocation, seen through views.
+
+Everything numerical a conversation owns lives here: the K/V ring and its per-slot metadata
+(saved in snapshots) and every scratch buffer the forward pass writes into (never saved).
+Views are rebuilt, and the generation bumped, whenever the arena is reset or restored, so a
+compute pass holding the old views fails its check instead of reading state it did not expect.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+from collections.abc import Callable
+
+import numpy as np
+
+from ..errors import LayoutError, StaleViewError
+from ..model.config import ModelConfig, RingPolicy
+from .layout import ALIGN, ArenaLayout, align_up
+
+Allocator = Callable[[int], np.ndarray]
+
+# ring_counters slots
+N_ACTIVE, N_ANCHORS, CLOCK, NEXT_POS, TOTAL_INGESTED, REBASES, EVICTED, TURNS = range(8)
+MAX_TURN_BOUNDARIES = 128  # the snapshot header keeps this many turn starts
+SAMPLER_WORDS = 6  # PCG64: state hi/lo, inc hi/lo, has_uint32, uinteger
+
+# Regions that make up the conversation's persistent state; everything else is scratch.
+STATE_REGIONS = (
+    "k_cache", "v_cache", "slot_clock", "slot_pos", "slot_active", "slot_salience",
+    "ring_counters", "turn_starts", "sampler_state",
+)
+
+
+def conversation_layout(cfg: ModelConfig, policy: RingPolicy) -> ArenaLayout:
+    """The arena layout for one conversation of `cfg` under `policy`, sealed."""
+    if not 0 < policy.max_slots <= cfg.context_length:
+        raise LayoutError(
+            f"ring of {policy.max_slots} slots must be between 1 and the model's context "
+            f"length {cfg.context_length}"
+        )
+    L, S, C = cfg.n_layers, policy.max_slots, policy.prefill_chunk
+    H, KVH, hd, G = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.group_size
+    d, F, V, half = cfg.d_model, cfg.ffn_dim, cfg.vocab_size, cfg.head_dim // 2
+    f32, lay = np.float32, ArenaLayout()
+
+    # Persistent ring state. Slots [0, n_active) are live, anchors first, oldest to newest.
+    lay.add("k_cache", f32, (L, S, cfg.kv_dim))  # keys, RoPE applied at slot_pos
+    lay.add("v_cache", f32, (L, S, cfg.kv_dim))
+    lay.add("slot_clock", np.uint64, (S,))  # ingest clock of each slot's token
+    lay.add("slot_pos", np.int32, (S,))  # RoPE position the key was rotated to
+    lay.add("slot_active", np.uint8, (S,))
+    lay.add("slot_salience", f32, (S,))  # decayed attention mass per layer*head
+    lay.add("ring_counters", np.uint64, (8,))
+    lay.add("turn_starts", np.uint64, (MAX_TURN_BOUNDARIES,))  # circular, clock of turn start
+    lay.add("sampler_state", np.uint64, (SAMPLER_WORDS,))
+
+    # Decode scratch: one token.
+    lay.add("x", f32, (d,))  # residual stream
+    lay.add("xn", f32, (d,))  # normed residual
+    lay.add("qkv", f32, (cfg.qkv_dim,))  # q | k | v
+    lay.add("attn", f32, (cfg.q_dim,))  # per-head attention output
+    lay.add("proj", f32, (d,))
+    lay.add("gate_up", f32, (2 * F,))
+    lay.add("ffn", f32, (F,))
+    lay.add("scores", f32, (H * S,))  # (H, n) attention probabilities, n <= S
+    lay.add("row_max", f32, (H,))
+    lay.add("row_sum", f32, (H,))
+    lay.add("rope_a", f32, ((H + KVH) * half,))
+    lay.add("rope_b", f32, ((H + KVH) * half,))
+    lay.add("logits", f32, (V,))
+    lay.add("mass", f32, (S,))  # attention mass gathered over one pass, per slot
+    lay.add("mass_step", f32, (S,))
+
+    # Prefill scratch: a chunk of C tokens at once.
+    lay.add("p_tokens", np.int64, (C,))
+    lay.add("p_x", f32, (C, d))
+    lay.add("p_xn", f32, (C, d))
+    lay.add("p_qkv", f32, (C, cfg.qkv_dim))
+    lay.add("p_q", f32, (C * G, hd))  # one K/V group's queries, rows (token, head)
+    lay.add("p_scores", f32, (C * G * S,))  # (C*G, n) for one group
+    lay.add("p_row_max", f32, (C * G,))
+    lay.add("p_row_sum", f32, (C * G,))
+    lay.add("p_o", f32, (C * G, hd))
+    lay.add("p_attn", f32, (C, cfg.q_dim))
+    lay.add("p_proj", f32, (C, d))
+    lay.add("p_gate_up", f32, (C, 2 * F))
+    lay.add("p_ffn", f32, (C, F))
+    lay.add("p_rope_a", f32, (C, H + KVH, half))
+    lay.add("p_rope_b", f32, (C, H + KVH, half))
+    lay.add("p_causal", f32, (C, C))  # constant: 0 on and below the diagonal, -inf above
+    lay.add("p_norm", f32, (C,))
+
+    # Sampler scratch.
+    lay.add("probs", f32, (V,))
+    lay.add("sorted_probs", f32, (V,))
+    lay.add("cum_probs", f32, (V,))
+
+    # Ring maintenance scratch: eviction and rebase never allocate either.
+    lay.add("evict_key", f32, (S,))
+    lay.add("evict_sorted", f32, (S,))
+    lay.add("evict_mask", np.bool_, (S,))
+    lay.add("keep_mask", np.bool_, (S,))
+    lay.add("tie_rank", np.int64, (S,))
+    lay.add("slot_index", np.int32, (S,))  # constant: 0, 1, ..., S-1
+    lay.add("compact_staging", f32, (S, cfg.kv_dim))
+    lay.add("rebase_angle", np.float64, (S, half))
+    lay.add("rebase_cos", f32, (S, 1, half))
+    lay.add("rebase_sin", f32, (S, 1, half))
+    lay.add("rebase_a", f32, (S, KVH, half))
+    lay.add("rebase_b", f32, (S, KVH, half))
+    return lay.seal()
+
+
+PAGE = 4096
+
+
+def anonymous_memory(nbytes: int) -> np.ndarray:
+    """Zeroed anonymous memory, backed by huge pages where the kernel allows, and faulted in
+    now. A first-touch fault per 4 KiB page costs ~0.5 s for a 4096-slot arena on these VMs;
+    paying it here, before the conversation is ready, keeps it out of restores and decodes."""
+    mapping = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        with contextlib.suppress(OSError):
+            mapping.madvise(mmap.MADV_HUGEPAGE)
+    memory = np.frombuffer(mapping, np.uint8)
+    memory[::PAGE] = 0  # one write per page: the kernel supplies it (zeroed) now
+    return memory
+
+
+class ArenaViews:
+    """Typed views of every region, stamped with the arena generation they were made for."""
+
+    def __init__(self, arena: StateArena, generation: int, views: dict[str, np.ndarray]):
+        self._arena = arena
+        self.generation = generation
+        self.__dict__.update(views)
+
+    def check(self) -> ArenaViews:
+        """Raise StaleViewError unless these views are still the arena's current ones."""
+        if self.generation != self._arena.generation:
+            raise StaleViewError(
+                f"arena views of generation {self.generation} used after the arena moved to "
+                f"generation {self._arena.generation} (reset or restore)"
+            )
+        return self
+
+
+class StateArena:
+    """Owns the one payload allocation of a conversation."""
+
+    def __init__(self, layout: ArenaLayout, allocate: Allocator | None = None):
+        """`allocate(nbytes)` supplies the zeroed payload as a writable uint8 array; the
+        default is anonymous memory. A GPU backend passes one that maps device memory."""
+        if not layout.sealed:
+            raise LayoutError("an arena needs a sealed layout")
+        self.layout = layout
+        # The one numerical payload allocation; over-allocated so its base can be aligned.
+        size = layout.total_bytes + ALIGN
+        self._buffer = (allocate or anonymous_memory)(size)
+        if self._buffer.dtype != np.uint8 or self._buffer.nbytes < size:
+            raise LayoutError(f"arena allocator returned {self._buffer.nbytes} bytes, need {size}")
+        address = self._buffer.ctypes.data
+        base = align_up(address) - address
+        self._bytes = self._buffer[base : base + layout.total_bytes]
+        self.generation = 0
+        self._views = self._make_views()
+        self._init_constants()
+
+    @property
+    def nbytes(self) -> int:
+        return self.layout.total_bytes
+
+    @property
+    def base_address(self) -> int:
+        return self._bytes.ctypes.data
+
+    def views(self) -> ArenaViews:
+        return self._views
+
+    def region_bytes(self, name: str) -> np.ndarray:
+        """The raw bytes of one region (uint8, writable), for snapshot I/O."""
+        r = self.layout[name]
+        return self._bytes[r.offset : r.end]
+
+    def invalidate(self) -> ArenaViews:
+        """Bump the generation after the state changed wholesale (restore); old views go stale."""
+        self.generation += 1
+        self._views = self._make_views()
+        return self._views
+
+    def reset(self) -> ArenaViews:
+        """Forget the conversation: zero the persistent regions and invalidate views."""
+        for name in STATE_REGIONS:
+            self.region_bytes(name)[:] = 0
+        return self.invalidate()
+
+    def _make_views(self) -> ArenaViews:
+        views = {}
+        for r in self.layout.regions:
+            flat = self._bytes[r.offset : r.end].view(r.dtype)
+            views[r.name] = flat.reshape(r.shape)
+        return ArenaViews(self, self.generation, views)
+
+    def _init_constants(self) -> None:
+        causal = self._views.p_causal
+        causal[:] = 0.0
+        causal[np.triu_indices(causal.shape[0], k=1)] = -np.inf
+        self._views.slot_index[:] = np.arange(self._views.slot_index.shape[0])

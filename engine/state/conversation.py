@@ -1,0 +1,101 @@
+"""One conversation's numerical life: its arena, ring, forward pass and sampler.
+
+This is token-level: it knows nothing about roles, templates or files (see engine/session/).
+`ingest` is the prefill, `generate` the decode loop, in the shape of gpt-fast's
+prefill / decode_one_token / decode_n_tokens(callback).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..backends.base import Backend, HiddenCallback
+from ..backends.numpy.backend import NumpyBackend
+from ..model.config import RingPolicy
+from ..model.model import Model
+from .arena import StateArena, conversation_layout
+from .ring import KVRing
+from .sampler import Sampler, SamplingSettings
+
+TokenCallback = Callable[[int], None]
+StopCheck = Callable[[], bool]
+
+
+@dataclass(frozen=True)
+class Generation:
+    ids: list[int]  # emitted tokens, without the stop token
+    stop: str  # "eot", "max_tokens" or "cancelled"
+    decode_s: float
+
+    @property
+    def tok_s(self) -> float:
+        return len(self.ids) / self.decode_s if self.decode_s > 0 else 0.0
+
+
+class Conversation:
+    def __init__(self, model: Model, policy: RingPolicy | None = None, seed: int = 0,
+                 backend: Backend | None = None):
+        self.model = model
+        self.policy = policy or RingPolicy.for_model(model.config)
+        self.backend = backend or NumpyBackend()
+        self.layout = conversation_layout(model.config, self.policy)
+        self.arena = StateArena(self.layout, self.backend.arena_allocator())
+        self.ring = KVRing(self.arena, model.config, self.policy, model.rope)
+        self.forward = self.backend.make_forward(model, self.ring)
+        self.sampler = Sampler(seed)
+        self.sampler.save_state(self.arena.views())
+        self.last_logits: np.ndarray | None = None  # what the last pass returned
+
+    def reset(self) -> None:
+        """Forget everything; old arena views go stale."""
+        self.arena.reset()
+        self.sampler.save_state(self.arena.views())
+        self.last_logits = None
+
+    def ingest(self, tokens: Sequence[int], *, anchors: bool = False,
+               on_hidden: HiddenCallback | None = None,
+               should_stop: StopCheck | None = None) -> np.ndarray | None:
+        """Prefill `tokens`; return the next-token logits, or None if stopped early."""
+        logits = self.forward.prefill(tokens, anchors=anchors, on_hidden=on_hidden,
+                                      should_stop=should_stop)
+        if logits is not None:
+            self.last_logits = logits
+        return logits
+
+    def generate(self, settings: SamplingSettings, max_tokens: int,
+                 stop_ids: frozenset[int], on_token: TokenCallback | None = None,
+                 should_stop: StopCheck | None = None) -> Generation:
+        """Sample from the current logits; decode until a stop token, max_tokens or a stop.
+
+        Every emitted token is ingested, so the ring always holds exactly what was emitted;
+        the stop token itself is not (the caller closes the turn as its template says).
+        """
+        views = self.arena.views()
+        if settings.seed is not None:
+            self.sampler.seed(views, settings.seed)
+        else:
+            self.sampler.load_state(views)
+        ids: list[int] = []
+        stop = "max_tokens"
+        t0 = time.perf_counter()
+        if max_tokens > 0:
+            token = self.sampler.sample(views, settings, self.last_logits)
+            while True:
+                if token in stop_ids:
+                    stop = "eot"
+                    break
+                ids.append(token)
+                if on_token is not None:
+                    on_token(token)
+                self.last_logits = self.forward.decode_one_token(token)
+                if len(ids) >= max_tokens:
+                    break
+                if should_stop is not None and should_stop():
+                    stop = "cancelled"
+                    break
+                token = self.sampler.sample(views, settings, self.last_logits)
+        return Generation(ids, stop, time.perf_counter() - t0)

@@ -1,0 +1,222 @@
+"""The K/V ring: which slots are live, where each sits in RoPE space, and what to forget.
+
+Slots [0, n_active) are live and kept in ingest order: the pinned Tier 1 anchors (the system
+prompt) first, then everything else oldest to newest. Keeping them compact means attention and
+snapshots touch one contiguous range per layer. When the ring is full, a batch of the lowest-
+salience slots outside the recent window is evicted and the survivors slide down in order.
+When positions near the model's context length, a rebase re-indexes live slots to 0..n-1 by
+re-rotating their cached keys.
+
+All numbers live in the arena; this class holds only references, so a restored arena is the
+whole truth.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model.config import ModelConfig, RingPolicy
+from ..model.rope import RopeTables, rotate_pairs
+from .arena import (
+    CLOCK,
+    EVICTED,
+    MAX_TURN_BOUNDARIES,
+    N_ACTIVE,
+    N_ANCHORS,
+    NEXT_POS,
+    REBASES,
+    TOTAL_INGESTED,
+    TURNS,
+    StateArena,
+)
+
+
+class RingFullError(ValueError):
+    """The anchors leave no room for ordinary tokens in a ring this small."""
+
+
+@dataclass(frozen=True)
+class SlotSpan:
+    """Slots reserved for `count` new tokens: [start, start + count) at positions pos, pos+1..."""
+
+    start: int
+    count: int
+    pos: int
+
+
+class KVRing:
+    def __init__(self, arena: StateArena, cfg: ModelConfig, policy: RingPolicy, rope: RopeTables):
+        self.arena = arena
+        self.cfg = cfg
+        self.policy = policy
+        self.rope = rope
+        # Set while no snapshot is reading the live slots. Eviction and rebase move or rewrite
+        # existing rows, so they wait for it; appending new tokens never does.
+        self._thawed = threading.Event()
+        self._thawed.set()
+
+    def freeze(self) -> None:
+        """Keep live rows where they are (a snapshot writer is reading them)."""
+        self._thawed.clear()
+
+    def thaw(self) -> None:
+        self._thawed.set()
+
+    # -- counters -------------------------------------------------------------------------
+    def _counter(self, index: int) -> int:
+        return int(self.arena.views().ring_counters[index])
+
+    @property
+    def n_active(self) -> int:
+        return self._counter(N_ACTIVE)
+
+    @property
+    def n_anchors(self) -> int:
+        return self._counter(N_ANCHORS)
+
+    @property
+    def clock(self) -> int:
+        return self._counter(CLOCK)
+
+    @property
+    def next_pos(self) -> int:
+        return self._counter(NEXT_POS)
+
+    @property
+    def total_ingested(self) -> int:
+        return self._counter(TOTAL_INGESTED)
+
+    @property
+    def rebases(self) -> int:
+        return self._counter(REBASES)
+
+    @property
+    def evicted(self) -> int:
+        return self._counter(EVICTED)
+
+    def max_admit(self) -> int:
+        """The most tokens one reserve() may take: all but the anchors and the recent window."""
+        return self.policy.max_slots - self.n_anchors - self.policy.recent_window
+
+    def turn_boundaries(self) -> list[int]:
+        """Clock values of the most recent turn starts, oldest first."""
+        v = self.arena.views()
+        turns = int(v.ring_counters[TURNS])
+        kept = min(turns, MAX_TURN_BOUNDARIES)
+        return [int(v.turn_starts[(turns - kept + i) % MAX_TURN_BOUNDARIES]) for i in range(kept)]
+
+    # -- mutation -------------------------------------------------------------------------
+    def reserve(self, count: int) -> SlotSpan:
+        """Make room for `count` tokens (evicting or rebasing if needed) and say where they go.
+
+        The ring is consistent before and after; nothing is live until commit(), so a pass that
+        is cancelled between reserve() and commit() leaves no trace.
+        """
+        if count < 1 or count > self.max_admit():
+            raise RingFullError(
+                f"cannot admit {count} tokens at once into a ring of {self.policy.max_slots} "
+                f"slots holding {self.n_anchors} anchors (at most {self.max_admit()})"
+            )
+        if self.n_active + count > self.policy.max_slots:
+            self._thawed.wait()
+            self._evict(self.n_active + count - self.policy.max_slots)
+        if self.next_pos + count > self.cfg.context_length:
+            self._thawed.wait()
+            self._rebase()
+        return SlotSpan(self.n_active, count, self.next_pos)
+
+    def commit(self, span: SlotSpan, mass: np.ndarray, *, anchors: bool = False) -> None:
+        """Make a reserved span live. `mass` (n_active + count,) is the pass's attention mass."""
+        v = self.arena.views().check()
+        c = v.ring_counters
+        n, k = int(c[N_ACTIVE]), span.count
+        if span.start != n or span.pos != int(c[NEXT_POS]):
+            raise ValueError(f"stale slot span {span} (ring now holds {n} slots)")
+        if anchors and int(c[N_ANCHORS]) != n:
+            raise ValueError("anchors must be the first tokens of a conversation")
+        sal = v.slot_salience
+        np.multiply(sal[:n], self.policy.salience_decay**k, out=sal[:n])
+        sal[n : n + k] = 0.0
+        # One pass adds 1.0 of mass per query token, layer and head; normalise to per token.
+        scale = 1.0 / (self.cfg.n_layers * self.cfg.n_heads)
+        np.multiply(mass[: n + k], scale, out=mass[: n + k])
+        np.add(sal[: n + k], mass[: n + k], out=sal[: n + k])
+        v.slot_active[n : n + k] = 1
+        np.add(v.slot_index[:k], span.pos, out=v.slot_pos[n : n + k])
+        np.add(v.slot_index[:k], int(c[CLOCK]) + 1, out=v.slot_clock[n : n + k], casting="unsafe")
+        c[N_ACTIVE] = n + k
+        c[NEXT_POS] = span.pos + k
+        c[CLOCK] = int(c[CLOCK]) + k
+        c[TOTAL_INGESTED] = int(c[TOTAL_INGESTED]) + k
+        if anchors:
+            c[N_ANCHORS] = n + k
+
+    def mark_turn_start(self, clock: int | None = None) -> None:
+        """Record that a turn starts at `clock` (default: now)."""
+        v = self.arena.views()
+        turns = int(v.ring_counters[TURNS])
+        v.turn_starts[turns % MAX_TURN_BOUNDARIES] = self.clock if clock is None else clock
+        v.ring_counters[TURNS] = turns + 1
+
+    # -- eviction and rebase ----------------------------------------------------------------
+    def _evict(self, need: int) -> None:
+        v = self.arena.views().check()
+        n, first = self.n_active, self.n_anchors
+        end = n - self.policy.recent_window  # candidates: [first, end)
+        m = end - first
+        k = min(max(need, self.policy.evict_batch), m)
+        key = v.evict_key[:m]
+        np.copyto(key, v.slot_salience[first:end])
+        # k-th smallest salience without allocating: partition a scratch copy in place.
+        ranked = v.evict_sorted[:m]
+        np.copyto(ranked, key)
+        ranked.partition(k - 1)
+        threshold = ranked[k - 1]
+        victims = v.evict_mask[:m]
+        np.less(key, threshold, out=victims)
+        # Ties at the threshold: take the oldest ones until exactly k are chosen.
+        ties = v.keep_mask[:m]
+        np.equal(key, threshold, out=ties)
+        rank = v.tie_rank[:m]
+        np.cumsum(ties, out=rank)
+        np.logical_and(ties, rank <= k - int(np.count_nonzero(victims)), out=ties)
+        np.logical_or(victims, ties, out=victims)
+        keep = v.keep_mask[: n - first]
+        np.logical_not(victims, out=keep[:m])
+        keep[m:] = True
+        kept = n - k
+        for cache in (v.k_cache, v.v_cache):
+            for layer in cache:
+                staging = v.compact_staging[: kept - first]
+                np.compress(keep, layer[first:n], axis=0, out=staging)
+                layer[first:kept] = staging
+        for meta in (v.slot_clock, v.slot_pos, v.slot_salience):
+            staging = v.compact_staging.reshape(-1).view(meta.dtype)[: kept - first]
+            np.compress(keep, meta[first:n], out=staging)
+            meta[first:kept] = staging
+        v.slot_active[kept:n] = 0
+        v.ring_counters[N_ACTIVE] = kept
+        v.ring_counters[EVICTED] = self.evicted + k
+
+    def _rebase(self) -> None:
+        """Re-index live slots to positions 0..n-1, rotating each cached key by its shift."""
+        v = self.arena.views().check()
+        n = self.n_active
+        shift = v.tie_rank[:n]
+        np.subtract(v.slot_index[:n], v.slot_pos[:n], out=shift)
+        angle = v.rebase_angle[:n]
+        np.copyto(angle, shift[:, None], casting="unsafe")
+        np.multiply(angle, self.rope.inv_freq, out=angle)
+        cos, sin = v.rebase_cos[:n], v.rebase_sin[:n]
+        np.cos(angle, out=cos[:, 0, :], casting="same_kind")
+        np.sin(angle, out=sin[:, 0, :], casting="same_kind")
+        kvh, hd = self.cfg.n_kv_heads, self.cfg.head_dim
+        for layer in v.k_cache:
+            keys = layer[:n].reshape(n, kvh, hd)
+            rotate_pairs(keys, cos, sin, v.rebase_a[:n], v.rebase_b[:n])
+        np.copyto(v.slot_pos[:n], v.slot_index[:n])
+        v.ring_counters[NEXT_POS] = n
+        v.ring_counters[REBASES] = self.rebases + 1

@@ -1,0 +1,1 @@
+"""Measurement tools behind `channel bench` and `channel perplexity`."""

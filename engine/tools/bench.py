@@ -1,0 +1,142 @@
+"""`channel bench --json`: the engine's speed and memory, as one JSON object.
+
+Key names are a stable interface (scripts/bench_llama_cpp.py compares against them). Times are
+medians of several runs: these machines are shared and noisy.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from threadpoolctl import threadpool_info
+
+from ..allocs import measure_allocations, rss_mb
+from ..backends.base import Backend
+from ..backends.numpy.backend import NumpyBackend
+from ..model.model import Model, load_model
+from ..state.conversation import Conversation
+from .bench_snapshot import run_snapshot_benchmarks
+
+DECODE_TOKENS = 32
+
+
+def synthetic_tokens(vocab_size: int, count: int, seed: int = 0) -> list[int]:
+    """Ordinary vocabulary ids (no control tokens), reproducible."""
+    rng = np.random.default_rng(seed)
+    return [int(t) for t in rng.integers(100, vocab_size - 100, size=count)]
+
+
+def median_time(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def bench_prefill(model: Model, tokens: int, repeat: int, backend: Backend) -> float:
+    ids = synthetic_tokens(model.config.vocab_size, tokens)
+
+    def run() -> None:
+        Conversation(model, backend=backend).ingest(ids)
+
+    return tokens / median_time(run, repeat)
+
+
+def bench_decode(model: Model, context: int, repeat: int, backend: Backend) -> float:
+    conv = Conversation(model, backend=backend)
+    if context:
+        conv.ingest(synthetic_tokens(model.config.vocab_size, context, seed=1))
+    else:
+        conv.ingest(synthetic_tokens(model.config.vocab_size, 1, seed=1))
+    token = iter(synthetic_tokens(model.config.vocab_size, DECODE_TOKENS * (repeat + 1), seed=2))
+    conv.forward.decode_one_token(next(token))  # warm-up
+
+    def run() -> None:
+        for _ in range(DECODE_TOKENS):
+            conv.forward.decode_one_token(next(token))
+
+    # Each run adds DECODE_TOKENS to the context; 4000 + 32 * repeat stays under 4096 slots.
+    return DECODE_TOKENS / median_time(run, repeat)
+
+
+def bench_allocations(model: Model, backend: Backend) -> dict:
+    gc.collect()  # drop the arenas of earlier benchmarks before measuring memory
+    conv = Conversation(model, backend=backend)
+    conv.ingest(synthetic_tokens(model.config.vocab_size, 64, seed=3))
+    token = iter(synthetic_tokens(model.config.vocab_size, 64, seed=4))
+    conv.forward.decode_one_token(next(token))
+    steps = 16
+    report = measure_allocations(lambda: conv.forward.decode_one_token(next(token)), steps)
+    return {
+        "decode_alloc_bytes_per_token": max(report.numpy_net_bytes, 0) // steps,
+        "decode_alloc_buffers_per_token": report.numpy_new_buffers / steps,
+        "decode_peak_transient_bytes": report.peak_transient_bytes,
+        "arena_bytes": conv.arena.nbytes,
+        "arena_payload_allocations": 1,
+        "arena_regions": len(conv.layout.regions),
+    }
+
+
+def run_benchmarks(model_path: Path | None, cache_dir: Path, quick: bool = False,
+                   scratch_dir: Path | None = None, backend: Backend | None = None) -> dict:
+    """All figures in one JSON-ready dict. `scratch_dir` is where snapshot files are written
+    (the data directory's disk, so that disk figures describe it)."""
+    repeat = 1 if quick else 3
+    backend = backend or NumpyBackend()
+    f32 = backend.needs_f32_weights
+    result: dict = {"backend": backend.name, "backend_info": backend.describe(), "quick": quick}
+
+    with tempfile.TemporaryDirectory(prefix="channel-bench-") as scratch:
+        t0 = time.perf_counter()
+        cold = load_model(model_path, scratch, f32_weights=f32)
+        result["weights_load_s"] = round(time.perf_counter() - t0, 3)
+        del cold
+    load_model(model_path, cache_dir, f32_weights=f32)  # make sure the cache exists
+    result["weights_load_cached_s"] = round(
+        median_time(lambda: load_model(model_path, cache_dir, f32_weights=f32),
+                    max(repeat, 3)), 4
+    )
+    model = load_model(model_path, cache_dir, f32_weights=f32)
+    result["model"] = model.name
+    result["model_fingerprint"] = model.fingerprint
+    result["weights_bytes"] = model.weights.nbytes if model.weights is not None else None
+
+    prefill_tokens = 512 if quick else 2048
+    result["prefill_tokens"] = prefill_tokens
+    result["prefill_tok_s"] = round(bench_prefill(model, prefill_tokens, repeat, backend), 2)
+    for context in (0, 2048, 4000):
+        key = f"decode_tok_s_ring{context}"
+        if quick and context:
+            continue
+        result[key] = round(bench_decode(model, context, repeat, backend), 2)
+    result.update(bench_allocations(model, backend))
+    # Resident memory with the model and one 4096-slot conversation (the ones the benchmarks
+    # above made are gone); the snapshot benchmarks below hold several at once.
+    result["rss_mb"] = round(rss_mb()[0], 1)
+    scratch = Path(scratch_dir) if scratch_dir else Path(tempfile.gettempdir())
+    scratch.mkdir(parents=True, exist_ok=True)
+    result.update(run_snapshot_benchmarks(model, scratch, repeat, 800 if quick else 4000,
+                                          backend))
+    result["rss_peak_mb"] = round(rss_mb()[1], 1)
+    result["machine"] = {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "blas": [
+            {k: info.get(k) for k in ("internal_api", "version", "num_threads", "architecture")}
+            for info in threadpool_info()
+            if info.get("user_api") == "blas"
+        ],
+    }
+    return result
