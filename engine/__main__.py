@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import ChannelError
 from .paths import default_cache_dir, default_data_dir, ensure_private_dir
-from .process.protocol import PROTOCOL_VERSION, encode_event
+from .process.protocol import BACKEND_CHOICES, PROTOCOL_VERSION, encode_event
 
 log = logging.getLogger("channel.engine")
 PR_SET_PDEATHSIG = 1
@@ -62,7 +62,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--data-dir", type=Path, default=None)
     p.add_argument("--cache-dir", type=Path, default=None)
     p.add_argument("--model", type=Path, default=None)
-    p.add_argument("--backend", default="auto", choices=("auto", "numpy", "vulkan"))
+    p.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     p.add_argument("--debounce-s", type=float, default=5.0, help="quiescence before autosave")
     p.add_argument("--ring-slots", type=int, default=None)
     return p.parse_args(argv)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .errors import ChannelError
 from .paths import default_cache_dir, default_data_dir
+from .process.protocol import BACKEND_CHOICES
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -84,8 +85,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", type=Path, default=d, help="where weight images are cached")
     p.add_argument("--session", default=d, help="session name (default: 'default')")
     p.add_argument("--model", type=Path, default=d, help="a llama-architecture GGUF")
-    p.add_argument("--backend", choices=("auto", "numpy", "vulkan"), default=d,
-                   help="auto: Vulkan on a GPU (or where measured faster), else numpy")
+    p.add_argument("--backend", choices=BACKEND_CHOICES, default=d,
+                   help="auto: Vulkan on a GPU, else ggml (quantized CPU), else numpy")
     p.add_argument("--cold", action="store_true", default=d, help="ignore the snapshot")
 
 
@@ -197,14 +198,15 @@ def _perplexity(args: argparse.Namespace) -> int:
     from .tools.perplexity import perplexity
 
     text = args.text.read_text(encoding="utf-8")
-    model = load_model_with_progress(args)
-    result = perplexity(model, text, args.ring_slots)
+    backend = pick_backend(args)
+    model = load_model_with_progress(args, backend)
+    result = perplexity(model, text, args.ring_slots, backend)
     if args.json:
         print(json.dumps(result))
     else:
         print(f"{result['tokens']} tokens, perplexity {result['perplexity']:.3f} "
               f"(ring {result['ring_slots']} slots, {result['evicted']} evicted, "
-              f"{result['rebases']} rebases)")
+              f"{result['rebases']} rebases, {result['backend']})")
     return 0
 
 

@@ -1,29 +1,34 @@
-"""The ggml backend on the shipped SmolLM2 GGUF, against the exact float32 numpy reference.
+"""The ggml backend on the shipped SmolLM2 GGUF, against the f32 reference and llama.cpp.
 
 ggml quantizes activations as llama.cpp does, so it is held to llama.cpp's own fidelity rather
-than to float tolerance: perplexity within 1.5% of the f32 reference, and top-1 agreement with
-the reference at least as high as llama.cpp's on the same tokens (LLAMA_CPP_TOP1, measured with
-scripts/llamacpp_top1.py through llama-cpp-python 0.3.36 on this GGUF).
+than to float tolerance: perplexity within 1.5% of the f32 (numpy) reference, top-1 agreement
+with that reference at least as high as llama.cpp's on the same tokens, and llama.cpp's greedy
+replies. llama.cpp's side is a committed fixture (scripts/llamacpp_reference.py, through
+llama-cpp-python on this GGUF).
+
+Note what that means for "What is the capital of France?": the f32 reference answers "The
+capital of France is Paris." but its first token wins by only 0.08 logits over "L"; with 8-bit
+activations llama.cpp, and ggml with it, answer "L'Étoile, la Cité, ...". The fixture records
+that this is llama.cpp's reply on the same file, not a defect of ours.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from engine.config import RingPolicy
-from engine.conversation import Conversation
-from engine.sampler import SamplingSettings
+from engine.model.config import RingPolicy
+from engine.state.conversation import Conversation
 
 pytest.importorskip("ggml", reason="ggml-python is not installed (needs a C compiler)")
 pytestmark = pytest.mark.real_model
 
-TEXT = Path(__file__).parent / "fixtures" / "long_text.txt"
-TOKENS = 1024
-LLAMA_CPP_TOP1 = 0.96
+LLAMA_CPP = json.loads(
+    (Path(__file__).parent / "fixtures" / "llamacpp_reference.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +61,15 @@ def mean_nll(logits: np.ndarray, ids: list[int]) -> float:
 
 @pytest.fixture(scope="module")
 def both(real_model, ggml_backend):
-    ids = real_model.tokenizer.encode(TEXT.read_text(encoding="utf-8"))[:TOKENS]
+    ids = LLAMA_CPP["long_text"]["ids"]
     return ids, row_logits(real_model, None, ids), row_logits(real_model, ggml_backend, ids)
+
+
+def test_fixture_is_for_the_shipped_model(real_model) -> None:
+    assert LLAMA_CPP["gguf_size_bytes"] == real_model.path.stat().st_size
+    text = (Path(__file__).parent / "fixtures" / "long_text.txt").read_text(encoding="utf-8")
+    ids = LLAMA_CPP["long_text"]["ids"]
+    assert real_model.tokenizer.encode(text)[: len(ids)] == ids
 
 
 def test_perplexity_within_one_and_a_half_percent(both) -> None:
@@ -68,16 +80,29 @@ def test_perplexity_within_one_and_a_half_percent(both) -> None:
 
 def test_top1_agreement_at_least_llama_cpps(both) -> None:
     _, ref, got = both
-    agreement = float((ref.argmax(axis=1) == got.argmax(axis=1)).mean())
-    assert agreement >= LLAMA_CPP_TOP1, agreement
+    reference = ref.argmax(axis=1)
+    ours = float((got.argmax(axis=1) == reference).mean())
+    llama_cpp = float((np.asarray(LLAMA_CPP["long_text"]["argmax"]) == reference).mean())
+    assert ours >= llama_cpp, (ours, llama_cpp)
 
 
-def test_greedy_reply_says_paris(real_model, ggml_backend) -> None:
-    conv = Conversation(real_model, RingPolicy(max_slots=512), backend=ggml_backend)
-    prompt = real_model.template.render(
-        [{"role": "user", "content": "What is the capital of France?"}],
-        add_generation_prompt=True)
-    conv.ingest(real_model.tokenizer.encode(prompt))
-    stop = frozenset({real_model.tokenizer.token_to_id("<|im_end|>")})
-    reply = real_model.tokenizer.decode(conv.generate(SamplingSettings(), 24, stop).ids)
-    assert "Paris" in reply, reply
+CHATS = LLAMA_CPP["greedy"]["chats"]
+# Teacher-forced on llama.cpp's own continuation, ggml must pick llama.cpp's next token at
+# nearly every step. Not all: llama.cpp keeps K/V in f16 where we keep f32, so a near-tie can
+# fall either way. Measured: 61 of 64 steps agree; for the haiku's first token the f32
+# reference and ggml both prefer "The" over "In" (by 0.11 and 0.12 logits), llama.cpp "In".
+GREEDY_AGREEMENT = 0.9
+
+
+def test_greedy_replies_are_llama_cpps(real_model, ggml_backend) -> None:
+    agree = total = 0
+    for chat in CHATS:
+        text = real_model.template.render(chat["messages"], add_generation_prompt=True)
+        assert real_model.tokenizer.encode(text) == chat["prompt_ids"]
+        conv = Conversation(real_model, RingPolicy(max_slots=512), backend=ggml_backend)
+        logits = conv.ingest(chat["prompt_ids"])
+        for want in chat["generated_ids"]:
+            agree += int(np.argmax(logits)) == want
+            total += 1
+            logits = conv.forward.decode_one_token(want)
+    assert agree / total >= GREEDY_AGREEMENT, f"{agree}/{total}"

@@ -1,4 +1,4 @@
-"""`--backend auto|numpy|vulkan`: fallbacks and their one-line reasons."""
+"""`--backend auto|ggml|numpy|vulkan`: what auto picks, and the one-line reasons when not."""
 
 from __future__ import annotations
 
@@ -21,11 +21,35 @@ def test_unknown_backend_is_refused() -> None:
         sel.choose_backend("cuda")
 
 
-def test_auto_without_vulkan_falls_back_with_one_reason(monkeypatch) -> None:
+def test_auto_without_vulkan_takes_the_cpu_silently(monkeypatch) -> None:
     monkeypatch.setattr(sel, "probe", lambda: "no Vulkan loader (libvulkan.so.1) on this machine")
     choice = sel.choose_backend("auto")
-    assert isinstance(choice.backend, NumpyBackend)
-    assert "libvulkan" in choice.note and "numpy" in choice.note and "\n" not in choice.note
+    assert choice.backend.name == ("ggml" if sel.ggml_problem() is None else "numpy")
+    assert choice.note is None or "ggml" in choice.note
+
+
+def test_auto_without_ggml_says_why_once(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(sel, "probe", lambda: "no Vulkan loader (libvulkan.so.1) on this machine")
+    monkeypatch.setattr(sel, "ggml_problem", lambda: "the ggml bindings are not installed (x)")
+    first = sel.choose_backend("auto", tmp_path)
+    assert isinstance(first.backend, NumpyBackend)
+    assert "numpy" in first.note and "not installed" in first.note and "\n" not in first.note
+    assert sel.choose_backend("auto", tmp_path).note is None  # said once per cache directory
+
+
+def test_ggml_asked_for_but_missing_is_a_named_error(monkeypatch) -> None:
+    from engine.backends.ggml import lib
+
+    def missing():
+        raise lib.GgmlUnavailableError("the ggml bindings are not installed (pip install ...)")
+
+    monkeypatch.setattr(lib, "_ggml", None)
+    monkeypatch.setattr(lib, "ggml", missing)
+    import engine.backends.ggml.backend as gb
+
+    monkeypatch.setattr(gb, "ggml", missing)
+    with pytest.raises(lib.GgmlUnavailableError, match="not installed"):
+        sel.choose_backend("ggml")
 
 
 def test_missing_package_and_loader_are_named(monkeypatch) -> None:

@@ -1,10 +1,12 @@
-"""`--backend auto|numpy|vulkan`: which backend a process uses, and why.
+"""`--backend auto|ggml|numpy|vulkan`: which backend a process uses, and why.
 
-`auto` takes Vulkan on a GPU; on a CPU device (lavapipe) only where a recorded measurement on
-this device and model says Vulkan decodes faster (vulkan/measurements.py keeps them;
-scripts/bench_vulkan.py records one); otherwise numpy. Without a loader, driver or device it
-falls back to numpy with a one-line note. `vulkan` without a device raises
-VulkanUnavailableError naming what is missing.
+`auto` takes Vulkan on a GPU (and on a CPU Vulkan device such as lavapipe only where a recorded
+measurement on this device and model says it decodes faster: vulkan/measurements.py keeps them),
+else ggml, the quantized CPU default, else numpy, the exact f32 reference. Picking the CPU is
+the normal case and says nothing. The one fallback worth a word is numpy for want of ggml (its
+bindings need a C compiler to install): that note is given once per cache directory. A backend
+asked for by name that cannot run raises its named error (GgmlUnavailableError,
+VulkanUnavailableError) with what is missing.
 """
 
 from __future__ import annotations
@@ -12,14 +14,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..process.protocol import BACKEND_CHOICES
 from .base import Backend
+from .ggml.lib import available as ggml_problem
 from .numpy.backend import NumpyBackend
 from .vulkan.context import probe
 from .vulkan.loader import DeviceInfo, VulkanUnavailableError
 from .vulkan.measurements import measured_faster
 from .vulkan.options import current
 
-CHOICES = ("auto", "numpy", "vulkan")
+CHOICES = BACKEND_CHOICES
+NUMPY_NOTE_MARKER = "numpy-fallback-noted"
 
 
 @dataclass(frozen=True)
@@ -34,28 +39,30 @@ def choose_backend(requested: str, cache_dir: Path | None = None,
         raise ValueError(f"unknown backend {requested!r} (choose from {', '.join(CHOICES)})")
     if requested == "numpy":
         return Choice(NumpyBackend(), None)
+    if requested == "ggml":
+        from .ggml.backend import GgmlBackend  # noqa: PLC0415 - needs the ggml bindings
+
+        return Choice(GgmlBackend(), None)
     if requested == "vulkan":
         from .vulkan.backend import VulkanBackend  # noqa: PLC0415 - needs the vulkan package
 
         return Choice(VulkanBackend(), None)
-    info = probe()
-    if isinstance(info, str):
-        return Choice(NumpyBackend(), f"Vulkan unavailable ({info}); using numpy")
-    if info.is_gpu or _vulkan_on_cpu_device(info, cache_dir, model_fingerprint):
-        from .vulkan.backend import VulkanBackend  # noqa: PLC0415
+    vulkan = _auto_vulkan(cache_dir, model_fingerprint)
+    if vulkan is not None:
+        return Choice(vulkan, None)
+    problem = ggml_problem()
+    if problem is None:
+        from .ggml.backend import GgmlBackend  # noqa: PLC0415
 
-        try:
-            return Choice(VulkanBackend(), None)
-        except VulkanUnavailableError as exc:
-            return Choice(NumpyBackend(), f"Vulkan unavailable ({exc}); using numpy")
-    return Choice(NumpyBackend(), None)
+        return Choice(GgmlBackend(), None)
+    return Choice(NumpyBackend(), _numpy_note(problem, cache_dir))
 
 
 def backend_for_model(requested: str, model: Path | None, cache_dir: Path) -> Choice:
     """choose_backend for the GGUF at `model` (default: the shipped one), keyed by its
     fingerprint so that `auto` can consult this device's recorded measurement."""
-    if requested == "numpy":
-        return Choice(NumpyBackend(), None)
+    if requested in ("numpy", "ggml"):
+        return choose_backend(requested, cache_dir)
     from ..model.gguf_file import fingerprint_file  # noqa: PLC0415
     from ..paths import default_model_path  # noqa: PLC0415
 
@@ -64,8 +71,38 @@ def backend_for_model(requested: str, model: Path | None, cache_dir: Path) -> Ch
     return choose_backend(requested, cache_dir, fingerprint)
 
 
+def _auto_vulkan(cache_dir: Path | None, fingerprint: str | None) -> Backend | None:
+    """The Vulkan backend if `auto` should take it, else None (no loader or device is normal)."""
+    info = probe()
+    if isinstance(info, str):
+        return None
+    if not (info.is_gpu or _vulkan_on_cpu_device(info, cache_dir, fingerprint)):
+        return None
+    from .vulkan.backend import VulkanBackend  # noqa: PLC0415
+
+    try:
+        return VulkanBackend()
+    except VulkanUnavailableError:
+        return None
+
+
 def _vulkan_on_cpu_device(info: DeviceInfo, cache_dir: Path | None,
                           fingerprint: str | None) -> bool:
     if current().allow_cpu_device:  # explicit opt-in for CPU devices
         return True
     return measured_faster(info, cache_dir, fingerprint)
+
+
+def _numpy_note(problem: str, cache_dir: Path | None) -> str | None:
+    """Why decoding is slower than it could be: said the first time only."""
+    marker = Path(cache_dir) / NUMPY_NOTE_MARKER if cache_dir is not None else None
+    if marker is not None and marker.exists():
+        return None
+    if marker is not None:
+        try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text(problem + "\n")
+        except OSError:
+            pass  # an unwritable cache only means the note comes again next time
+    return (f"using the numpy reference backend, about 3x slower than ggml: {problem}; "
+            "`make setup` retries the install")

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field
 
 PROTOCOL_VERSION = 1
+# `--backend` of the engine process (and of `channel`, which passes it on): backends/select.py.
+BACKEND_CHOICES = ("auto", "ggml", "numpy", "vulkan")
 MAX_LINE_BYTES = 1 << 20  # a request larger than this is refused, not parsed
 
 # Request type -> (required fields, optional fields with their types)

@@ -6,14 +6,17 @@ import math
 
 import numpy as np
 
+from ..backends.base import Backend
 from ..model.config import RingPolicy
 from ..model.model import Model
 from ..state.conversation import Conversation
 
 
-def perplexity(model: Model, text: str, ring_slots: int | None = None) -> dict:
+def perplexity(model: Model, text: str, ring_slots: int | None = None,
+               backend: Backend | None = None) -> dict:
     policy = RingPolicy() if ring_slots is None else RingPolicy().scaled_to(ring_slots)
-    return read_and_score(Conversation(model, policy), model.tokenizer.encode(text))
+    conv = Conversation(model, policy, backend=backend)
+    return read_and_score(conv, model.tokenizer.encode(text))
 
 
 def read_and_score(conv: Conversation, ids: list[int]) -> dict:
@@ -50,4 +53,5 @@ def read_and_score(conv: Conversation, ids: list[int]) -> dict:
         "ring_slots": policy.max_slots,
         "evicted": conv.ring.evicted,
         "rebases": conv.ring.rebases,
+        "backend": conv.backend.name,
     }

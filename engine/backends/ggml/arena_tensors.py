@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ctypes
 
-from ...arena import StateArena
+from ...state.arena import StateArena
 from .lib import free_with, ggml, host_buffer
 
 Tensor = object  # a ctypes pointer to a ggml_tensor

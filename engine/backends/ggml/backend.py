@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 import time
 
-from ...arena import Allocator
-from ...model import Model
-from ...ring import KVRing
+from ...model.model import Model
+from ...state.arena import Allocator
+from ...state.ring import KVRing
 from .forward import GgmlForward
 from .graph import StepGraph
 from .lib import ggml

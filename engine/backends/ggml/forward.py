@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...forward import HiddenCallback
-from ...layout import align_up
-from ...ring import KVRing, SlotSpan
+from ...state.layout import align_up
+from ...state.ring import KVRing, SlotSpan
+from ..base import HiddenCallback
 from .arena_tensors import ArenaTensors
 from .graph import StepGraph
 from .lib import free_with, ggml, host_buffer

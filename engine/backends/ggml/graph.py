@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...model import ModelConfig
+from ...model.config import ModelConfig
 from .arena_tensors import ArenaTensors
 from .lib import array_at, data_address, free_with, ggml
 from .weights import GgmlWeights

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import MissingTensorError
-from ...model import Model, TensorInfo
+from ...model.model import Model, TensorInfo
 from .lib import free_with, ggml, host_buffer
 
 Tensor = object  # a ctypes pointer to a ggml_tensor
