@@ -13,12 +13,12 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 from engine.allocs import measure_allocations
-from engine.config import RingPolicy
-from engine.conversation import Conversation
-from engine.model import load_model
-from engine.sampler import SamplingSettings
-from engine.snapshot import Snapshotter
-from engine.snapshot_restore import restore
+from engine.model.config import RingPolicy
+from engine.model.model import load_model
+from engine.snapshot.restore import restore
+from engine.snapshot.writer import Snapshotter
+from engine.state.conversation import Conversation
+from engine.state.sampler import SamplingSettings
 
 from .tiny_model import TinySpec, write_tiny_gguf
 
@@ -174,7 +174,7 @@ def test_weights_are_the_gguf_mapping_not_a_copy(tiny_model, ggml_backend) -> No
 
 @pytest.mark.parametrize("direction", ["numpy->ggml", "ggml->numpy"])
 def test_snapshot_crosses_backends(tiny_model, ggml_backend, tmp_path, direction) -> None:
-    from engine.backend import NumpyBackend
+    from engine.backends.numpy.backend import NumpyBackend
 
     source_backend, target_backend = (
         (NumpyBackend(), ggml_backend) if direction == "numpy->ggml" else
