@@ -36,6 +36,7 @@ class ForwardPass(Protocol):
 class Backend(Protocol):
     name: str
     needs_f32_weights: bool
+    key_dtype: np.dtype  # what the arena keeps keys in (values are always f32)
 
     def arena_allocator(self) -> Allocator | None: ...
 

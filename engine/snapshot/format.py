@@ -3,11 +3,15 @@
 Byte layout, all little-endian (docs/snapshot.md has the full table):
 
     0     SnapshotHeader     624 B  the seed's extern struct, byte for byte
-    624   BodyHeader          64 B  b"CHANNEL1", n_active, identity length, section offsets
-    688   identity               -  UTF-8 JSON: model fingerprint, dtype, geometry, RoPE, policy
+    624   BodyHeader          64 B  b"CHANNEL1", n_active, identity length, section offsets,
+                                    K and V element codes (version 2)
+    688   identity               -  UTF-8 JSON: model fingerprint, dtypes, geometry, RoPE, policy
     ...   slot metadata          -  clock u64[n], pos i32[n], active u8[n], salience f32[n]
     ...   ring state             -  turn_starts u64[128], sampler_state u64[6], counters u64[8]
-    kv    K slabs, V slabs       -  f32 [L][n][kv_dim] each, 64-byte aligned
+    kv    K slabs, V slabs       -  [L][n][kv_dim] each in their element type, 64-byte aligned
+
+Version 2 added the element codes: a backend may keep keys in f16 (ggml). Version 1 files,
+whose slabs are all f32 and whose code bytes are zero padding, are still read.
     end-24  trailer           24 B  b"SNAPSUM\\0" + xxh3-128 of every byte before the trailer
 
 Every failure to read a file raises a SnapshotError subclass whose message is one line.
@@ -30,17 +34,22 @@ if TYPE_CHECKING:
     from ..state.conversation import Conversation
 
 SNAPSHOT_MAGIC = b"SNAP"
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+# Element codes of the K and V slabs in the body header; version 1 slabs are f32.
+KV_DTYPES = {1: np.dtype(np.float32), 2: np.dtype(np.float16)}
 MAX_STREAM_ID = 64
 # The seed's SnapshotHeader: extern struct, natural C alignment, which '<' reproduces here
 # because every field already sits at a multiple of its size.
 HEADER = struct.Struct(f"<4sIQIIIIQHH{MAX_STREAM_ID}sI{MAX_TURN_BOUNDARIES}I")
 BODY_MAGIC = b"CHANNEL1"
-BODY = struct.Struct("<8sIIQQQ24x")  # magic, n_active, identity_len, kv_offset, kv_bytes, size
+# magic, n_active, identity_len, kv_offset, kv_bytes, size, K code, V code (version 2; else 0)
+BODY = struct.Struct("<8sIIQQQBB22x")
 TRAILER_MAGIC = b"SNAPSUM\0"
 TRAILER = struct.Struct("<8s16s")
 COUNTER_WORDS = 8
 KV_ALIGN = 64
+F32 = np.dtype(np.float32)
 
 assert HEADER.size == 624 and BODY.size == 64
 
@@ -90,12 +99,14 @@ class Sections:
     sampler_state: int
     counters: int
     kv: int  # K slabs start here, V slabs follow
-    slab_bytes: int  # one layer's K (or V) bytes: n * kv_dim * 4
+    k_dtype: np.dtype
+    v_dtype: np.dtype
     trailer: int
     size: int
 
     @staticmethod
-    def plan(n_active: int, n_layers: int, kv_dim: int, identity_len: int) -> Sections:
+    def plan(n_active: int, n_layers: int, kv_dim: int, identity_len: int,
+             k_dtype: np.dtype = F32, v_dtype: np.dtype = F32) -> Sections:
         at = HEADER.size + BODY.size
         identity = at
         at = align_up(at + identity_len, 8)
@@ -107,17 +118,26 @@ class Sections:
         sampler_state, at = at, at + 8 * SAMPLER_WORDS
         counters, at = at, at + 8 * COUNTER_WORDS
         kv = align_up(at, KV_ALIGN)
-        slab = 4 * n_active * kv_dim
-        trailer = kv + 2 * n_layers * slab
+        k_dtype, v_dtype = np.dtype(k_dtype), np.dtype(v_dtype)
+        trailer = kv + n_layers * n_active * kv_dim * (k_dtype.itemsize + v_dtype.itemsize)
         return Sections(n_active, n_layers, kv_dim, identity, identity_len, slot_clock,
                         slot_pos, slot_active, slot_salience, turn_starts, sampler_state,
-                        counters, kv, slab, trailer, trailer + TRAILER.size)
+                        counters, kv, k_dtype, v_dtype, trailer, trailer + TRAILER.size)
+
+    def slab_bytes(self, kind: str) -> int:
+        """One layer's K ("k") or V ("v") bytes."""
+        dtype = self.k_dtype if kind == "k" else self.v_dtype
+        return self.n_active * self.kv_dim * dtype.itemsize
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.trailer - self.kv
 
     def k_slab(self, layer: int) -> int:
-        return self.kv + layer * self.slab_bytes
+        return self.kv + layer * self.slab_bytes("k")
 
     def v_slab(self, layer: int) -> int:
-        return self.kv + (self.n_layers + layer) * self.slab_bytes
+        return self.kv + self.n_layers * self.slab_bytes("k") + layer * self.slab_bytes("v")
 
 
 @dataclass(frozen=True)
@@ -153,8 +173,10 @@ def unpack_header(data: bytes | memoryview) -> Header:
     magic, version = fields[0], fields[1]
     if magic != SNAPSHOT_MAGIC:
         raise SnapshotMagicError(f"not a snapshot (magic {bytes(magic)!r}, expected b'SNAP')")
-    if version != SNAPSHOT_VERSION:
-        raise SnapshotVersionError(f"version {version} unsupported (this build reads 1)")
+    if version not in READABLE_VERSIONS:
+        raise SnapshotVersionError(
+            f"version {version} unsupported (this build reads {READABLE_VERSIONS[0]} to "
+            f"{READABLE_VERSIONS[-1]})")
     (clock, anchors, layers, kv_dim, max_slots, ingested, sid_len, pad, sid, turn_count) = (
         fields[2:12]
     )
@@ -171,9 +193,17 @@ def unpack_header(data: bytes | memoryview) -> Header:
     return Header(version, clock, anchors, layers, kv_dim, max_slots, ingested, stream_id, turns)
 
 
+def dtype_code(dtype: np.dtype) -> int:
+    for code, known in KV_DTYPES.items():
+        if known == dtype:
+            return code
+    raise ValueError(f"no snapshot element code for {dtype}")
+
+
 def pack_body(sections: Sections) -> bytes:
     return BODY.pack(BODY_MAGIC, sections.n_active, sections.identity_len, sections.kv,
-                     2 * sections.n_layers * sections.slab_bytes, sections.size)
+                     sections.kv_bytes, sections.size, dtype_code(sections.k_dtype),
+                     dtype_code(sections.v_dtype))
 
 
 def unpack_sections(data: bytes | memoryview, header: Header, actual_size: int) -> Sections:
@@ -181,7 +211,8 @@ def unpack_sections(data: bytes | memoryview, header: Header, actual_size: int) 
     end = HEADER.size + BODY.size
     if actual_size < end:
         raise SnapshotTruncatedError(f"truncated at byte {actual_size} (body header needs {end})")
-    magic, n_active, identity_len, kv, kv_bytes, size = BODY.unpack_from(data, HEADER.size)
+    magic, n_active, identity_len, kv, kv_bytes, size, k_code, v_code = BODY.unpack_from(
+        data, HEADER.size)
     if magic != BODY_MAGIC:
         raise SnapshotMagicError(f"unknown snapshot body {bytes(magic)!r}")
     if actual_size < size:
@@ -192,10 +223,13 @@ def unpack_sections(data: bytes | memoryview, header: Header, actual_size: int) 
         raise SnapshotCorruptError(
             f"{n_active} active slots, {header.num_anchors} anchors, ring of {header.max_slots}"
         )
-    sections = Sections.plan(n_active, header.num_layers, header.kv_dim, identity_len)
-    if (sections.kv, sections.size, 2 * header.num_layers * sections.slab_bytes) != (
-        kv, size, kv_bytes
-    ):
+    if header.version == 1:
+        k_code = v_code = 1  # version 1 padded these bytes with zeros; its slabs are f32
+    if k_code not in KV_DTYPES or v_code not in KV_DTYPES:
+        raise SnapshotCorruptError(f"unknown K/V element codes {k_code}/{v_code}")
+    sections = Sections.plan(n_active, header.num_layers, header.kv_dim, identity_len,
+                             KV_DTYPES[k_code], KV_DTYPES[v_code])
+    if (sections.kv, sections.size, sections.kv_bytes) != (kv, size, kv_bytes):
         raise SnapshotCorruptError("section offsets disagree with the header's geometry")
     return sections
 
@@ -217,7 +251,8 @@ def identity_of(conv: Conversation) -> dict:
     return {
         "model_fingerprint": model.fingerprint,
         "model_name": model.name,
-        "kv_dtype": str(conv.arena.views().k_cache.dtype),
+        "k_dtype": str(conv.arena.views().k_cache.dtype),
+        "v_dtype": str(conv.arena.views().v_cache.dtype),
         "geometry": {
             "n_layers": cfg.n_layers, "d_model": cfg.d_model, "n_heads": cfg.n_heads,
             "n_kv_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim, "kv_dim": cfg.kv_dim,

@@ -28,7 +28,7 @@ def inspect_snapshot(path: Path, model: Model | None = None) -> dict:
             "turn_boundaries": list(h.turn_boundaries),
         }
         report["active_slots"] = snap.sections.n_active
-        report["kv_bytes"] = 2 * snap.sections.n_layers * snap.sections.slab_bytes
+        report["kv_bytes"] = snap.sections.kv_bytes
         report["identity"] = snap.identity
         report["checksum"] = "ok"
         if model is not None:
@@ -58,7 +58,8 @@ def render_inspection(report: dict) -> str:
         lines.append(f"  {'active_slots':<20} {report['active_slots']}")
         lines.append(f"  {'kv_bytes':<20} {report['kv_bytes']:,}")
     identity = report.get("identity", {})
-    for key in ("model_name", "model_fingerprint", "kv_dtype", "max_slots", "backend"):
+    for key in ("model_name", "model_fingerprint", "k_dtype", "v_dtype", "max_slots",
+                "backend"):
         if key in identity:
             lines.append(f"  {key:<20} {identity[key]}")
     return "\n".join(lines)

@@ -70,7 +70,8 @@ class ParsedSnapshot:
     def slab(self, kind: str, layer: int) -> np.ndarray:
         s = self.sections
         offset = s.k_slab(layer) if kind == "k" else s.v_slab(layer)
-        return array_at(self.mapping, offset, np.float32, s.n_active * s.kv_dim).reshape(
+        dtype = s.k_dtype if kind == "k" else s.v_dtype
+        return array_at(self.mapping, offset, dtype, s.n_active * s.kv_dim).reshape(
             s.n_active, s.kv_dim
         )
 
@@ -124,10 +125,6 @@ def check_compatible(snap: ParsedSnapshot, conv: Conversation) -> None:
             f"different model (snapshot: {theirs.get('model_name')!r} "
             f"{str(theirs.get('model_fingerprint'))[:12]}, loaded: {mine['model_name']!r} "
             f"{mine['model_fingerprint'][:12]})"
-        )
-    if theirs.get("kv_dtype") != mine["kv_dtype"]:
-        raise SnapshotIdentityError(
-            f"different KV dtype (snapshot {theirs.get('kv_dtype')}, engine {mine['kv_dtype']})"
         )
     for key in ("geometry", "rope"):
         if theirs.get(key) != mine[key]:
@@ -202,6 +199,8 @@ def _copy_into(snap: ParsedSnapshot, conv: Conversation) -> None:
         np.copyto(target[: source.shape[0]], source)
         if name.startswith("slot_"):
             target[n:] = 0
+    # Slabs in another element type than this backend keeps (f16 keys from ggml, f32 from
+    # numpy) are converted by the copy: f16 to f32 exactly, f32 to f16 rounded to nearest.
     for layer in range(snap.sections.n_layers):
         np.copyto(v.k_cache[layer, :n], snap.slab("k", layer))
         np.copyto(v.v_cache[layer, :n], snap.slab("v", layer))

@@ -91,7 +91,8 @@ def take_cut(conv: Conversation, stream_id: str, session: dict | None = None) ->
         max_slots=conv.policy.max_slots, total_ingested=ring.total_ingested,
         stream_id=stream_id, turn_boundaries=tuple(ring.turn_boundaries()),
     )
-    sections = Sections.plan(n, header.num_layers, header.kv_dim, len(identity_bytes(identity)))
+    sections = Sections.plan(n, header.num_layers, header.kv_dim, len(identity_bytes(identity)),
+                             v.k_cache.dtype, v.v_cache.dtype)
     k_cache, v_cache = v.k_cache, v.v_cache
     if getattr(conv.forward, "snapshot_path", "mapped") == "staging":
         # Device memory the CPU reads slowly: the backend copies the planes on the device into

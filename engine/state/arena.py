@@ -32,8 +32,11 @@ STATE_REGIONS = (
 )
 
 
-def conversation_layout(cfg: ModelConfig, policy: RingPolicy) -> ArenaLayout:
-    """The arena layout for one conversation of `cfg` under `policy`, sealed."""
+def conversation_layout(cfg: ModelConfig, policy: RingPolicy,
+                        key_dtype: np.dtype | type = np.float32) -> ArenaLayout:
+    """The arena layout for one conversation of `cfg` under `policy`, sealed. Keys are kept
+    in `key_dtype` (f16 halves what attention reads per token where the backend computes in
+    it); values, and everything else, are f32."""
     if not 0 < policy.max_slots <= cfg.context_length:
         raise LayoutError(
             f"ring of {policy.max_slots} slots must be between 1 and the model's context "
@@ -45,7 +48,7 @@ def conversation_layout(cfg: ModelConfig, policy: RingPolicy) -> ArenaLayout:
     f32, lay = np.float32, ArenaLayout()
 
     # Persistent ring state. Slots [0, n_active) are live, anchors first, oldest to newest.
-    lay.add("k_cache", f32, (L, S, cfg.kv_dim))  # keys, RoPE applied at slot_pos
+    lay.add("k_cache", key_dtype, (L, S, cfg.kv_dim))  # keys, RoPE applied at slot_pos
     lay.add("v_cache", f32, (L, S, cfg.kv_dim))
     lay.add("slot_clock", np.uint64, (S,))  # ingest clock of each slot's token
     lay.add("slot_pos", np.int32, (S,))  # RoPE position the key was rotated to

@@ -165,6 +165,7 @@ class KVRing:
     def _evict(self, need: int) -> None:
         v = self.arena.views().check()
         n, first = self.n_active, self.n_anchors
+        kv_dim = self.cfg.kv_dim
         end = n - self.policy.recent_window  # candidates: [first, end)
         m = end - first
         k = min(max(need, self.policy.evict_batch), m)
@@ -189,8 +190,10 @@ class KVRing:
         keep[m:] = True
         kept = n - k
         for cache in (v.k_cache, v.v_cache):
+            # The staging rows are f32-sized, so they hold rows of either key dtype.
+            staging = v.compact_staging.reshape(-1).view(cache.dtype)[: (kept - first) * kv_dim]
+            staging = staging.reshape(kept - first, kv_dim)
             for layer in cache:
-                staging = v.compact_staging[: kept - first]
                 np.compress(keep, layer[first:n], axis=0, out=staging)
                 layer[first:kept] = staging
         for meta in (v.slot_clock, v.slot_pos, v.slot_salience):
@@ -214,9 +217,14 @@ class KVRing:
         np.cos(angle, out=cos[:, 0, :], casting="same_kind")
         np.sin(angle, out=sin[:, 0, :], casting="same_kind")
         kvh, hd = self.cfg.n_kv_heads, self.cfg.head_dim
+        widen = v.k_cache.dtype != np.float32  # f16 keys rotate in f32, rounded once after
         for layer in v.k_cache:
-            keys = layer[:n].reshape(n, kvh, hd)
-            rotate_pairs(keys, cos, sin, v.rebase_a[:n], v.rebase_b[:n])
+            keys = v.compact_staging[:n] if widen else layer[:n]
+            if widen:
+                np.copyto(keys, layer[:n])
+            rotate_pairs(keys.reshape(n, kvh, hd), cos, sin, v.rebase_a[:n], v.rebase_b[:n])
+            if widen:
+                np.copyto(layer[:n], keys, casting="same_kind")
         np.copyto(v.slot_pos[:n], v.slot_index[:n])
         v.ring_counters[NEXT_POS] = n
         v.ring_counters[REBASES] = self.rebases + 1

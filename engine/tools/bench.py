@@ -10,6 +10,7 @@ import gc
 import os
 import platform
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -68,6 +69,27 @@ def bench_decode(model: Model, context: int, repeat: int, backend: Backend) -> f
     return DECODE_TOKENS / median_time(run, repeat)
 
 
+def bench_decode_contended(model: Model, repeat: int, backend: Backend) -> float:
+    """Decode tok/s (short context) while another process keeps one core busy, as a user's
+    build or browser would. The first DECODE_TOKENS * 3 tokens let the backend adapt."""
+    conv = Conversation(model, backend=backend)
+    conv.ingest(synthetic_tokens(model.config.vocab_size, 1, seed=1))
+    token = iter(synthetic_tokens(model.config.vocab_size, DECODE_TOKENS * (repeat + 4), seed=5))
+    busy = subprocess.Popen(["yes"], stdout=subprocess.DEVNULL)  # one core, spinning
+    try:
+        for _ in range(DECODE_TOKENS * 3):
+            conv.forward.decode_one_token(next(token))
+
+        def run() -> None:
+            for _ in range(DECODE_TOKENS):
+                conv.forward.decode_one_token(next(token))
+
+        return DECODE_TOKENS / median_time(run, repeat)
+    finally:
+        busy.kill()
+        busy.wait()
+
+
 def bench_allocations(model: Model, backend: Backend) -> dict:
     gc.collect()  # drop the arenas of earlier benchmarks before measuring memory
     conv = Conversation(model, backend=backend)
@@ -93,7 +115,7 @@ def run_benchmarks(model_path: Path | None, cache_dir: Path, quick: bool = False
     repeat = 1 if quick else 3
     backend = backend or NumpyBackend()
     f32 = backend.needs_f32_weights
-    result: dict = {"backend": backend.name, "backend_info": backend.describe(), "quick": quick}
+    result: dict = {"backend": backend.name, "quick": quick}
 
     with tempfile.TemporaryDirectory(prefix="channel-bench-") as scratch:
         t0 = time.perf_counter()
@@ -108,7 +130,9 @@ def run_benchmarks(model_path: Path | None, cache_dir: Path, quick: bool = False
     model = load_model(model_path, cache_dir, f32_weights=f32)
     result["model"] = model.name
     result["model_fingerprint"] = model.fingerprint
-    result["weights_bytes"] = model.weights.nbytes if model.weights is not None else None
+    # The numpy backend's f32 image; the quantized backends read the GGUF's own bytes.
+    result["weights_bytes"] = (model.weights.nbytes if model.weights is not None
+                               else sum(t.nbytes for t in model.tensors.values()))
 
     prefill_tokens = 512 if quick else 2048
     result["prefill_tokens"] = prefill_tokens
@@ -118,6 +142,9 @@ def run_benchmarks(model_path: Path | None, cache_dir: Path, quick: bool = False
         if quick and context:
             continue
         result[key] = round(bench_decode(model, context, repeat, backend), 2)
+    contended = bench_decode_contended(model, repeat, backend)
+    result["decode_tok_s_contended"] = round(contended, 2)
+    result["contended_vs_quiet"] = round(contended / result["decode_tok_s_ring0"], 3)
     result.update(bench_allocations(model, backend))
     # Resident memory with the model and one 4096-slot conversation (the ones the benchmarks
     # above made are gone); the snapshot benchmarks below hold several at once.
@@ -127,6 +154,7 @@ def run_benchmarks(model_path: Path | None, cache_dir: Path, quick: bool = False
     result.update(run_snapshot_benchmarks(model, scratch, repeat, 800 if quick else 4000,
                                           backend))
     result["rss_peak_mb"] = round(rss_mb()[1], 1)
+    result["backend_info"] = backend.describe()  # after the runs: what it loaded and learned
     result["machine"] = {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),

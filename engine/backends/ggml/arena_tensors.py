@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ctypes
 
+import numpy as np
+
 from ...state.arena import StateArena
 from .lib import free_with, ggml, host_buffer
 
@@ -35,10 +37,14 @@ class ArenaTensors:
             return t
 
         f32 = g.GGML_TYPE_F32
-        plane = S * kv_dim * 4
+        kinds = {np.dtype(np.float32): f32, np.dtype(np.float16): g.GGML_TYPE_F16}
+        k_kind = kinds[layout["k_cache"].dtype]
+        k_plane, v_plane = (layout[name].nbytes // L for name in ("k_cache", "v_cache"))
         # ggml shapes are written fastest dimension first: (kv_dim, S) is numpy's (S, kv_dim).
-        self.k_cache = tuple(region("k_cache", f32, kv_dim, S, offset=i * plane) for i in range(L))
-        self.v_cache = tuple(region("v_cache", f32, kv_dim, S, offset=i * plane) for i in range(L))
+        self.k_cache = tuple(region("k_cache", k_kind, kv_dim, S, offset=i * k_plane)
+                             for i in range(L))
+        self.v_cache = tuple(region("v_cache", f32, kv_dim, S, offset=i * v_plane)
+                             for i in range(L))
         self._mass = region("mass", f32, S)  # attention mass per slot, summed over the pass
         self.logits = region("logits", f32, layout["logits"].shape[0])
         d = layout["p_xn"].shape[1]

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import time
 
+import numpy as np
+
 from ...model.model import Model
 from ...state.arena import Allocator
 from ...state.ring import KVRing
@@ -28,6 +30,10 @@ def default_threads() -> int:
 class GgmlBackend:
     name = "ggml"
     needs_f32_weights = False
+    # f16 keys: attention reads half the bytes per token (ggml multiplies f16 x f16 exactly as
+    # llama.cpp's default cache does). Values stay f32: out_prod, which reads them in place,
+    # has no f16 kernel.
+    key_dtype = np.dtype(np.float16)
 
     def __init__(self, threads: int | None = None):
         g = ggml()  # raises GgmlUnavailableError with the reason

@@ -107,9 +107,6 @@ class _Builder:
         slots = self.input("slots", g.GGML_TYPE_I64, n_q)
         mask = self.input("mask", g.GGML_TYPE_F32, n_kv, cfg.group_size * n_q)
         self.ones = self.input("ones", g.GGML_TYPE_F32, 1, cfg.n_heads * n_q, constant=True)
-        if self.dequantize:
-            widest = max(cfg.ffn_dim, cfg.d_model, cfg.q_dim)  # most rows of any matrix
-            self.arange = self.input("arange", g.GGML_TYPE_I32, widest, constant=True)
         x = g.ggml_get_rows(self.ctx, w.token_embd, tokens)  # (n_q, d)
         mass = None
         for layer, lw in enumerate(w.layers):
@@ -137,8 +134,12 @@ class _Builder:
         matrix at a time, into reused scratch) so the product runs as an f32 GEMM."""
         g = self.g
         if self.dequantize and weight.contents.type != g.GGML_TYPE_F32:
+            if "arange" not in self.inputs:  # only a graph that gathers has it
+                cfg = self.cfg
+                widest = max(cfg.ffn_dim, cfg.d_model, cfg.q_dim)  # most rows of any matrix
+                self.input("arange", g.GGML_TYPE_I32, widest, constant=True)
             rows = weight.contents.ne[1]
-            index = g.ggml_view_1d(self.ctx, self.arange, rows, 0)
+            index = g.ggml_view_1d(self.ctx, self.inputs["arange"], rows, 0)
             weight = g.ggml_get_rows(self.ctx, weight, index)
         return g.ggml_mul_mat(self.ctx, weight, x)
 
@@ -164,8 +165,8 @@ class _Builder:
         self.emit(g.ggml_set_rows(ctx, k_cache, g.ggml_reshape_2d(ctx, k, cfg.kv_dim, n_q),
                                   slots))
         self.emit(g.ggml_set_rows(ctx, v_cache, v, slots))
-        row = k_cache.contents.nb[1]
-        keys = g.ggml_view_3d(ctx, k_cache, hd, KVH, n_kv, hd * 4, row, 0)  # (n_kv, KVH, hd)
+        k_item, k_row = k_cache.contents.nb[0], k_cache.contents.nb[1]
+        keys = g.ggml_view_3d(ctx, k_cache, hd, KVH, n_kv, hd * k_item, k_row, 0)  # (n_kv, KVH, hd)
         keys = g.ggml_permute(ctx, keys, 0, 2, 1, 3)  # (KVH, n_kv, hd)
         # The G query heads that share a K/V head become rows of one product, so each key is
         # read from memory once per layer, not once per query head.
@@ -181,7 +182,7 @@ class _Builder:
         # (head, query) row of the probabilities, against a row of ones.
         rows = g.ggml_reshape_2d(ctx, probs, n_kv, H * n_q)  # (H*n_q, n_kv)
         layer_mass = g.ggml_out_prod(ctx, rows, self.ones)  # (1, n_kv)
-        values = g.ggml_view_3d(ctx, v_cache, hd, KVH, n_kv, hd * 4, row, 0)  # (n_kv, KVH, hd)
+        values = g.ggml_view_3d(ctx, v_cache, hd, KVH, n_kv, hd * 4, v_cache.contents.nb[1], 0)
         if n_q == 1:
             # Decode: contract over slots in place (out_prod sums over dimension 1), so the
             # values are read once rather than transposed into a copy first.

@@ -6,6 +6,8 @@ model's dequantized f32 weight image.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...model.model import Model
 from ...state.arena import Allocator
 from ...state.ring import KVRing
@@ -16,6 +18,7 @@ from .forward import Forward
 class NumpyBackend:
     name = "numpy"
     needs_f32_weights = True
+    key_dtype = np.dtype(np.float32)
 
     def arena_allocator(self) -> Allocator | None:
         return None

@@ -43,6 +43,7 @@ def lazy_anonymous_memory(nbytes: int) -> np.ndarray:
 class VulkanBackend:
     name = "vulkan"
     needs_f32_weights = False
+    key_dtype = np.dtype(np.float32)  # the shaders read f32 keys
 
     def __init__(self, ctx: Context | None = None):
         self.ctx = ctx or get_context()  # raises VulkanUnavailableError with the reason

@@ -1,0 +1,84 @@
+"""Snapshot element types: f16 keys (ggml) and f32 keys (numpy, Vulkan) in one format (v2),
+converted on restore; version 1 files (all f32) still restore; unknown codes are refused."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+import xxhash
+
+from engine.backends.numpy.backend import NumpyBackend
+from engine.model.config import RingPolicy
+from engine.snapshot.format import HEADER, TRAILER, SnapshotCorruptError
+from engine.snapshot.restore import restore
+from engine.snapshot.writer import Snapshotter
+from engine.state.conversation import Conversation
+
+POLICY = RingPolicy(max_slots=64, recent_window=8, evict_batch=8, prefill_chunk=16)
+PROMPT = [1, 40, 77, 200, 13, 99, 5, 250, 31, 64, 128, 7]
+VERSION_AT = 4  # the seed header's u32 version
+CODES_AT = HEADER.size + 40  # the body header's K and V element codes (u8 each)
+
+
+def saved(tiny_model, tmp_path) -> tuple[Conversation, bytearray]:
+    conv = Conversation(tiny_model, POLICY)
+    conv.ingest(PROMPT)
+    path = Snapshotter(conv, tmp_path / "x.snapshot.bin").save("").path
+    return conv, bytearray(path.read_bytes())
+
+
+def resealed(data: bytearray, path):
+    body = bytes(data[: -TRAILER.size])
+    path.write_bytes(body + b"SNAPSUM\0" + xxhash.xxh3_128_digest(body))
+    return path
+
+
+def test_version_2_records_the_element_types(tiny_model, tmp_path) -> None:
+    _, data = saved(tiny_model, tmp_path)
+    assert struct.unpack_from("<I", data, VERSION_AT)[0] == 2
+    assert tuple(data[CODES_AT : CODES_AT + 2]) == (1, 1)  # f32 keys, f32 values
+    assert b'"k_dtype":"float32"' in data and b'"v_dtype":"float32"' in data
+
+
+def test_a_version_1_file_still_restores(tiny_model, tmp_path) -> None:
+    """Version 1 had zero padding where version 2 keeps the codes, and only f32 slabs."""
+    source, data = saved(tiny_model, tmp_path)
+    struct.pack_into("<I", data, VERSION_AT, 1)
+    data[CODES_AT : CODES_AT + 2] = b"\0\0"
+    path = resealed(data, tmp_path / "v1.snapshot.bin")
+    target = Conversation(tiny_model, POLICY)
+    report = restore(target, path)
+    n = report.n_active
+    np.testing.assert_array_equal(target.arena.views().k_cache[:, :n],
+                                  source.arena.views().k_cache[:, :n])
+
+
+def test_unknown_element_codes_are_refused(tiny_model, tmp_path) -> None:
+    _, data = saved(tiny_model, tmp_path)
+    data[CODES_AT] = 9
+    with pytest.raises(SnapshotCorruptError, match="unknown K/V element codes 9/1"):
+        restore(Conversation(tiny_model, POLICY), resealed(data, tmp_path / "y.snapshot.bin"))
+
+
+class HalfKeyNumpy(NumpyBackend):
+    """numpy computing over f16 keys (its matmuls widen them): writes what ggml writes."""
+
+    key_dtype = np.dtype(np.float16)
+
+
+@pytest.mark.parametrize("direction", ["f16->f32", "f32->f16"])
+def test_keys_convert_on_restore(tiny_model, tmp_path, direction) -> None:
+    backends = (HalfKeyNumpy(), NumpyBackend())
+    source_backend, target_backend = backends if direction == "f16->f32" else backends[::-1]
+    source = Conversation(tiny_model, POLICY, backend=source_backend)
+    source.ingest(PROMPT)
+    path = Snapshotter(source, tmp_path / "h.snapshot.bin").save("").path
+    codes = (2, 1) if direction == "f16->f32" else (1, 1)
+    assert tuple(path.read_bytes()[CODES_AT : CODES_AT + 2]) == codes
+    target = Conversation(tiny_model, POLICY, backend=target_backend)
+    n = restore(target, path).n_active
+    a, b = source.arena.views(), target.arena.views()
+    np.testing.assert_array_equal(a.k_cache[:, :n].astype(b.k_cache.dtype), b.k_cache[:, :n])
+    np.testing.assert_array_equal(a.v_cache[:, :n], b.v_cache[:, :n])
