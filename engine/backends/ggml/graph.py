@@ -133,7 +133,8 @@ class _Builder:
         """x @ weight.T. For a batch, quantized weights can be expanded to f32 first (one
         matrix at a time, into reused scratch) so the product runs as an f32 GEMM."""
         g = self.g
-        if self.dequantize and weight.contents.type != g.GGML_TYPE_F32:
+        expand = weight.contents.type != g.GGML_TYPE_F32 and not self.w.is_repacked(weight)
+        if self.dequantize and expand:  # repacked layouts have fast batched kernels already
             if "arange" not in self.inputs:  # only a graph that gathers has it
                 cfg = self.cfg
                 widest = max(cfg.ffn_dim, cfg.d_model, cfg.q_dim)  # most rows of any matrix

@@ -8,6 +8,7 @@ Every way it can be missing becomes one GgmlUnavailableError whose message says 
 from __future__ import annotations
 
 import ctypes
+import logging
 import weakref
 from types import ModuleType
 from typing import NewType
@@ -39,8 +40,29 @@ def ggml() -> ModuleType:
             # The bindings dlopen libggml at import; a broken build fails here.
             raise GgmlUnavailableError(f"the ggml library does not load: {exc}") from None
         _repair_handle_types(module)
+        _route_log(module)
         _ggml = module
     return _ggml
+
+
+log = logging.getLogger("channel.ggml")
+_log_callback = None  # kept referenced: ggml calls it from C for the life of the process
+
+
+def _route_log(module: ModuleType) -> None:
+    """ggml prints to stderr by default (a line per repacked tensor, for one), which would
+    break the CLI's one-line errors; send its messages to our log instead."""
+    global _log_callback
+    # ggml's INFO level is chatty (one line per repacked tensor): debug here.
+    levels = {3: logging.WARNING, 4: logging.ERROR}
+
+    def forward(level: int, text: bytes, _user) -> None:
+        message = text.decode(errors="replace").rstrip()
+        if message:
+            log.log(levels.get(level, logging.DEBUG), "%s", message)
+
+    _log_callback = module.ggml_log_callback(forward)
+    module.ggml_log_set(_log_callback, None)
 
 
 def _repair_handle_types(module: ModuleType) -> None:

@@ -4,8 +4,10 @@ ggml's workers meet at a barrier after every graph node (hundreds per token) and
 When another process takes one of the cores, a worker that is descheduled stalls every barrier
 for a scheduler time slice, and a multi-threaded step becomes slower than a single-threaded
 one (measured ~10x for spinning BLAS threads on a 2-core machine). No load figure predicts this
-reliably, so the tuner measures: it runs mostly at the count that was fastest lately and
-periodically spends a few steps re-measuring the others.
+reliably, so the tuner measures. It runs at the count that was fastest when last compared, and
+compares again (a few steps at each other count) when a step turns much slower than the recent
+ones, and otherwise only every PROBE_EVERY steps, because a probe's steps run at the slower
+count.
 """
 
 from __future__ import annotations
@@ -13,42 +15,57 @@ from __future__ import annotations
 import statistics
 from collections import deque
 
-PROBE_EVERY = 48  # steps between re-measurements of the other thread counts
-PROBE_STEPS = 3  # steps measured per count in a probe
+PROBE_EVERY = 256  # steps between routine comparisons
+PROBE_STEPS = 3  # steps measured per count in a comparison
+SLOWDOWN = 1.5  # a step this much slower than the recent median triggers a comparison
+RECENT = 16  # steps the recent median is taken over
 
 
 class ThreadTuner:
     def __init__(self, max_threads: int):
         self.counts = sorted({max_threads, 1}, reverse=True)
         self.current = self.counts[0]
-        self._times: dict[int, deque[float]] = {n: deque(maxlen=PROBE_STEPS) for n in self.counts}
-        self._steps = 0
-        self._probe: list[int] = []  # counts still to measure in the running probe
+        self._probe_times: dict[int, list[float]] = {}
+        self._recent: deque[float] = deque(maxlen=RECENT)  # the current count's step times
+        self._since_probe = 0
+        self._probe: list[int] = []  # counts still to measure in the running comparison
 
     def next_count(self) -> int:
         """The thread count for the next step."""
-        if len(self.counts) == 1:
-            return self.current
-        if not self._probe and self._steps % PROBE_EVERY == PROBE_EVERY - 1:
-            self._probe = [n for n in self.counts if n != self.current for _ in range(PROBE_STEPS)]
         return self._probe[0] if self._probe else self.current
 
     def record(self, threads: int, seconds: float) -> None:
-        """The step that ran with `threads` took `seconds`. Only the last PROBE_STEPS times of
-        each count are kept, so a probe compares fresh figures at the same context length."""
-        self._steps += 1
-        if threads in self._times:
-            self._times[threads].append(seconds)
+        """The step that ran with `threads` took `seconds`."""
         if self._probe and self._probe[0] == threads:
             self._probe.pop(0)
+            self._probe_times.setdefault(threads, []).append(seconds)
             if not self._probe:
-                self.current = self._fastest()
+                self._decide()
+            return
+        if threads != self.current:
+            return
+        slow = (len(self._recent) == RECENT
+                and seconds > SLOWDOWN * statistics.median(self._recent))
+        self._recent.append(seconds)
+        self._since_probe += 1
+        if len(self.counts) > 1 and (slow or self._since_probe >= PROBE_EVERY):
+            self._start_probe()
 
-    def _fastest(self) -> int:
-        measured = {n: statistics.median(t) for n, t in self._times.items() if t}
-        return min(measured, key=measured.get) if measured else self.current
+    def _start_probe(self) -> None:
+        # The current count is measured again too, right beside the others: the context
+        # grows between comparisons, so only same-moment figures compare fairly.
+        self._probe = [n for n in self.counts for _ in range(PROBE_STEPS)]
+        self._probe_times = {}
+        self._since_probe = 0
+
+    def _decide(self) -> None:
+        medians = {n: statistics.median(t) for n, t in self._probe_times.items()}
+        best = min(medians, key=medians.get)
+        if best != self.current:
+            self.current = best
+            self._recent.clear()
 
     def describe(self) -> dict:
+        recent = statistics.median(self._recent) if self._recent else None
         return {"threads": self.current,
-                "step_ms": {n: round(1000 * statistics.median(t), 2)
-                            for n, t in self._times.items() if t}}
+                "step_ms": round(1000 * recent, 2) if recent is not None else None}

@@ -17,6 +17,7 @@ import numpy as np
 from ...errors import MissingTensorError
 from ...model.model import Model, TensorInfo
 from .lib import free_with, ggml, host_buffer
+from .repack import can_repack, repack_buffer_type
 
 Tensor = object  # a ctypes pointer to a ggml_tensor
 
@@ -57,6 +58,9 @@ class GgmlWeights:
         for name, info in model.tensors.items():
             self._tensors[name] = self._wrap(g, name, info, base)
         cfg = model.config
+        self._repacked: set[int] = set()  # addresses of the tensors in ggml's repacked layout
+        self._repack(g, [name for name in model.tensors if name.startswith("blk.")
+                         or (name == "output.weight" and not cfg.tied_embeddings)], model)
         self.token_embd = self.tensor("token_embd.weight")
         self.output_norm = self.tensor("output_norm.weight")
         self.output = (self.token_embd if cfg.tied_embeddings
@@ -75,6 +79,39 @@ class GgmlWeights:
         g.ggml_backend_tensor_alloc(self._buffer, tensor, base + info.offset)
         self.types[name] = int(info.ggml_type)
         return tensor
+
+    def _repack(self, g, names: list[str], model: Model) -> None:
+        """Copy the matrices ggml has a faster interleaved layout for into its repack buffer,
+        and release their mapped pages. The token embedding stays: get_rows reads plain rows."""
+        buffer_type = repack_buffer_type()
+        names = [n for n in names if can_repack(self._tensors[n])]
+        if buffer_type is None or not names:
+            return
+        ctx = g.ggml_init(g.ggml_init_params(
+            mem_size=(len(names) + 1) * g.ggml_tensor_overhead(), no_alloc=True))
+        twins = {}
+        for name in names:
+            source = self._tensors[name].contents
+            twins[name] = g.ggml_new_tensor(ctx, source.type, 2, source.ne)
+        buffer = g.ggml_backend_alloc_ctx_tensors_from_buft(ctx, buffer_type)
+        self._free_repacked = free_with(self, ctx, buffer)
+        for name, twin in twins.items():
+            info = model.tensors[name]
+            g.ggml_backend_tensor_set(twin, self._mapping_address + info.offset, 0, info.nbytes)
+            self._tensors[name] = twin
+            self._repacked.add(ctypes.addressof(twin.contents))
+            self._release(info.offset, info.nbytes)
+
+    def _release(self, offset: int, nbytes: int) -> None:
+        """Drop the mapping's whole pages inside [offset, offset + nbytes) from this process
+        (they stay in the page cache; reading them again just maps them back)."""
+        start = -(-offset // mmap.PAGESIZE) * mmap.PAGESIZE
+        end = (offset + nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+        if end > start and hasattr(mmap, "MADV_DONTNEED"):
+            self._mapping.madvise(mmap.MADV_DONTNEED, start, end - start)
+
+    def is_repacked(self, tensor: Tensor) -> bool:
+        return ctypes.addressof(tensor.contents) in self._repacked
 
     def tensor(self, name: str) -> Tensor:
         try:
