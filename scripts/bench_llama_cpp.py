@@ -1,7 +1,7 @@
 """The llama.cpp side of Channel's benchmarks, on the same GGUF and the same machine.
 
 Run it with a Python that has llama-cpp-python (an optional extra; it builds from source):
-    /work/llamacpp-venv/bin/python scripts/bench_llama_cpp.py --json [--channel-json FILE]
+    VENV/bin/python scripts/bench_llama_cpp.py --json [--channel-json FILE]
 It prints one JSON object whose metric keys match `channel bench --json`; given that output,
 it adds `ratios` (channel / llama.cpp per metric, reading Channel's snapshot_* and
 cold_replay_ms as the state_* and cold-prefill figures). Progress goes to stderr.
@@ -17,6 +17,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +28,7 @@ import llama_cpp  # only in the llama.cpp venv, never the project's
 import numpy as np
 from llamacpp_token_ids import default_model_path  # sibling script; scripts/ is sys.path[0]
 
-N_CTX = 8192
+N_CTX = 4096  # the same context as Channel's default ring of 4096 slots (RSS compares fairly)
 REPS = 3
 PREFILL_TOKENS = 2048
 COLD_TOKENS = 4000
@@ -40,6 +41,8 @@ METRICS = (
     "state_save_ms",
     "state_load_ms",
     "state_bytes",
+    "decode_tok_s_contended",
+    "rss_mb",
 )
 
 # Ordinary prose, repeated: the numbers depend on token count, not on what the tokens say.
@@ -140,6 +143,16 @@ def bench(model: str, n_threads: int, state_dir: str) -> dict:
         for rep in range(REPS):
             log(f"ring {ring}: repetition {rep + 1}/{REPS}")
             run_ring(llm, tokens, ring, state_path, raw)
+    for rep in range(REPS):
+        log(f"decode beside a busy process: repetition {rep + 1}/{REPS}")
+        llm.reset()
+        llm.eval(tokens[:1])
+        busy = subprocess.Popen(["yes"], stdout=subprocess.DEVNULL)  # one core, spinning
+        try:
+            raw.setdefault("decode_contended", []).append(decode_greedy(llm, DECODE_TOKENS))
+        finally:
+            busy.kill()
+            busy.wait()
     med = statistics.median
     result = {
         # The ring-2048 and ring-4000 runs start with exactly these prefills; reuse them.
@@ -149,6 +162,9 @@ def bench(model: str, n_threads: int, state_dir: str) -> dict:
         "state_save_ms": 1000 * med(raw["save"]),
         "state_load_ms": 1000 * med(raw["load"]),
         "state_bytes": raw["state_bytes"],
+        "decode_tok_s_contended": DECODE_TOKENS / med(raw["decode_contended"]),
+        # Model and one context of N_CTX, like `channel bench`'s rss_mb (model + one ring).
+        "rss_mb": rss_mb(),
     }
     result = {k: round(v, 3) if isinstance(v, float) else v for k, v in result.items()}
     result.update(
@@ -162,6 +178,13 @@ def bench(model: str, n_threads: int, state_dir: str) -> dict:
         runs_s={k: [round(x, 4) for x in v] for k, v in raw.items() if isinstance(v, list)},
     )
     return result
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def machine_info() -> dict:

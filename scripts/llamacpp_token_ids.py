@@ -1,7 +1,7 @@
 """Writes tests/fixtures/llamacpp_token_ids.json: llama.cpp's token ids for fixture texts.
 
 Run it with a Python that has llama-cpp-python (it is not a project dependency):
-    /work/llamacpp-venv/bin/python scripts/llamacpp_token_ids.py [--model PATH]
+    VENV/bin/python scripts/llamacpp_token_ids.py [--model PATH]
 The ids come from llama.cpp's own tokenizer (`vocab_only=True` loads no weights), so
 tests/test_tokenizer.py checks engine/model/tokenizer.py against an independent implementation.
 """

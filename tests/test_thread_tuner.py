@@ -45,3 +45,18 @@ def test_goes_back_to_all_cores_when_the_other_process_ends() -> None:
 def test_a_single_core_never_probes() -> None:
     tuner = ThreadTuner(1)
     assert set(drive(tuner, {1: 0.01}, 3 * PROBE_EVERY)) == {1}
+
+
+def test_a_choice_of_fewer_threads_is_rechecked_and_batches_do_not_keep_it(monkeypatch) -> None:
+    import engine.backends.ggml.threads as threads
+
+    now = [1000.0]
+    monkeypatch.setattr(threads.time, "monotonic", lambda: now[0])
+    tuner = ThreadTuner(2)
+    drive(tuner, QUIET, RECENT + 5)
+    drive(tuner, CONTENDED, 3 * PROBE_STEPS)
+    assert tuner.current == 1 and tuner.batch_count() == 1
+    now[0] += threads.RECHECK_S + 1  # the busy process may be gone: a prefill uses all cores
+    assert tuner.batch_count() == 2
+    used = drive(tuner, QUIET, 2 * PROBE_STEPS)  # the next decode steps compare again
+    assert 2 in used and tuner.current == 2

@@ -55,7 +55,7 @@ class GgmlBackend:
 
     def run(self, graph: StepGraph, *, timed: bool) -> None:
         """Compute a step graph; a timed run (a decode step) teaches the thread tuner."""
-        threads = self.tuner.next_count() if timed else self.tuner.current
+        threads = self.tuner.next_count() if timed else self.tuner.batch_count()
         start = time.perf_counter()
         self.compute(graph.graph, threads)
         if timed:
@@ -64,7 +64,7 @@ class GgmlBackend:
     def compute(self, graph, threads: int | None = None) -> None:
         """Run a ggml graph on the CPU backend with `threads` (default: the tuner's pick)."""
         g = ggml()
-        threads = threads or self.tuner.current
+        threads = threads or self.tuner.batch_count()
         if threads != self._threads:
             g.ggml_backend_cpu_set_n_threads(self.compute_handle, threads)
             self._threads = threads

@@ -7,18 +7,22 @@ one (measured ~10x for spinning BLAS threads on a 2-core machine). No load figur
 reliably, so the tuner measures. It runs at the count that was fastest when last compared, and
 compares again (a few steps at each other count) when a step turns much slower than the recent
 ones, and otherwise only every PROBE_EVERY steps, because a probe's steps run at the slower
-count.
+count. A choice of fewer threads is also re-checked after RECHECK_S, and a batch (prefill)
+takes it only while it is that fresh: a prefill is not timed against anything, and a stale
+"contended" verdict would slow every later prefill.
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 from collections import deque
 
 PROBE_EVERY = 256  # steps between routine comparisons
 PROBE_STEPS = 3  # steps measured per count in a comparison
 SLOWDOWN = 1.5  # a step this much slower than the recent median triggers a comparison
 RECENT = 16  # steps the recent median is taken over
+RECHECK_S = 5.0  # seconds a choice of fewer threads than the maximum stands unchecked
 
 
 class ThreadTuner:
@@ -29,10 +33,24 @@ class ThreadTuner:
         self._recent: deque[float] = deque(maxlen=RECENT)  # the current count's step times
         self._since_probe = 0
         self._probe: list[int] = []  # counts still to measure in the running comparison
+        self._decided_at = time.monotonic()
+
+    @property
+    def max_threads(self) -> int:
+        return self.counts[0]
 
     def next_count(self) -> int:
         """The thread count for the next step."""
+        if not self._probe and self.current != self.max_threads and self._stale():
+            self._start_probe()
         return self._probe[0] if self._probe else self.current
+
+    def batch_count(self) -> int:
+        """The thread count for a batch (prefill): the current choice while it is fresh."""
+        return self.current if not self._stale() else self.max_threads
+
+    def _stale(self) -> bool:
+        return time.monotonic() - self._decided_at > RECHECK_S
 
     def record(self, threads: int, seconds: float) -> None:
         """The step that ran with `threads` took `seconds`."""
@@ -61,6 +79,7 @@ class ThreadTuner:
     def _decide(self) -> None:
         medians = {n: statistics.median(t) for n, t in self._probe_times.items()}
         best = min(medians, key=medians.get)
+        self._decided_at = time.monotonic()
         if best != self.current:
             self.current = best
             self._recent.clear()
