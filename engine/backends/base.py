@@ -19,7 +19,7 @@ from typing import Protocol
 import numpy as np
 
 from ..model.model import Model
-from ..state.arena import Allocator
+from ..state.arena import Allocator, ScratchPlan
 from ..state.ring import KVRing
 
 HiddenCallback = Callable[[np.ndarray], None]  # receives final-normed hidden rows (C, d_model)
@@ -37,6 +37,7 @@ class Backend(Protocol):
     name: str
     needs_f32_weights: bool
     key_dtype: np.dtype  # what the arena keeps keys in (values are always f32)
+    scratch: ScratchPlan | None  # adds the forward pass's own arena regions, if it has any
 
     def arena_allocator(self) -> Allocator | None: ...
 

@@ -19,6 +19,7 @@ from ..model.config import ModelConfig, RingPolicy
 from .layout import ALIGN, ArenaLayout, align_up
 
 Allocator = Callable[[int], np.ndarray]
+ScratchPlan = Callable[[ArenaLayout, ModelConfig, RingPolicy], None]  # adds scratch regions
 
 # ring_counters slots
 N_ACTIVE, N_ANCHORS, CLOCK, NEXT_POS, TOTAL_INGESTED, REBASES, EVICTED, TURNS = range(8)
@@ -33,18 +34,19 @@ STATE_REGIONS = (
 
 
 def conversation_layout(cfg: ModelConfig, policy: RingPolicy,
-                        key_dtype: np.dtype | type = np.float32) -> ArenaLayout:
+                        key_dtype: np.dtype | type = np.float32,
+                        scratch: ScratchPlan | None = None) -> ArenaLayout:
     """The arena layout for one conversation of `cfg` under `policy`, sealed. Keys are kept
     in `key_dtype` (f16 halves what attention reads per token where the backend computes in
-    it); values, and everything else, are f32."""
+    it); values, and everything else, are f32. `scratch` adds the regions a backend's own
+    forward pass works in (the numpy backend's; a backend with device memory needs none)."""
     if not 0 < policy.max_slots <= cfg.context_length:
         raise LayoutError(
             f"ring of {policy.max_slots} slots must be between 1 and the model's context "
             f"length {cfg.context_length}"
         )
     L, S, C = cfg.n_layers, policy.max_slots, policy.prefill_chunk
-    H, KVH, hd, G = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.group_size
-    d, F, V, half = cfg.d_model, cfg.ffn_dim, cfg.vocab_size, cfg.head_dim // 2
+    KVH, d, V, half = cfg.n_kv_heads, cfg.d_model, cfg.vocab_size, cfg.head_dim // 2
     f32, lay = np.float32, ArenaLayout()
 
     # Persistent ring state. Slots [0, n_active) are live, anchors first, oldest to newest.
@@ -58,41 +60,12 @@ def conversation_layout(cfg: ModelConfig, policy: RingPolicy,
     lay.add("turn_starts", np.uint64, (MAX_TURN_BOUNDARIES,))  # circular, clock of turn start
     lay.add("sampler_state", np.uint64, (SAMPLER_WORDS,))
 
-    # Decode scratch: one token.
-    lay.add("x", f32, (d,))  # residual stream
-    lay.add("xn", f32, (d,))  # normed residual
-    lay.add("qkv", f32, (cfg.qkv_dim,))  # q | k | v
-    lay.add("attn", f32, (cfg.q_dim,))  # per-head attention output
-    lay.add("proj", f32, (d,))
-    lay.add("gate_up", f32, (2 * F,))
-    lay.add("ffn", f32, (F,))
-    lay.add("scores", f32, (H * S,))  # (H, n) attention probabilities, n <= S
-    lay.add("row_max", f32, (H,))
-    lay.add("row_sum", f32, (H,))
-    lay.add("rope_a", f32, ((H + KVH) * half,))
-    lay.add("rope_b", f32, ((H + KVH) * half,))
+    # Scratch every backend shares: outputs the ring and sampler read, the prefill's causal
+    # mask and its final-normed hidden rows (perplexity).
     lay.add("logits", f32, (V,))
     lay.add("mass", f32, (S,))  # attention mass gathered over one pass, per slot
-    lay.add("mass_step", f32, (S,))
-
-    # Prefill scratch: a chunk of C tokens at once.
-    lay.add("p_tokens", np.int64, (C,))
-    lay.add("p_x", f32, (C, d))
-    lay.add("p_xn", f32, (C, d))
-    lay.add("p_qkv", f32, (C, cfg.qkv_dim))
-    lay.add("p_q", f32, (C * G, hd))  # one K/V group's queries, rows (token, head)
-    lay.add("p_scores", f32, (C * G * S,))  # (C*G, n) for one group
-    lay.add("p_row_max", f32, (C * G,))
-    lay.add("p_row_sum", f32, (C * G,))
-    lay.add("p_o", f32, (C * G, hd))
-    lay.add("p_attn", f32, (C, cfg.q_dim))
-    lay.add("p_proj", f32, (C, d))
-    lay.add("p_gate_up", f32, (C, 2 * F))
-    lay.add("p_ffn", f32, (C, F))
-    lay.add("p_rope_a", f32, (C, H + KVH, half))
-    lay.add("p_rope_b", f32, (C, H + KVH, half))
     lay.add("p_causal", f32, (C, C))  # constant: 0 on and below the diagonal, -inf above
-    lay.add("p_norm", f32, (C,))
+    lay.add("p_xn", f32, (C, d))  # final-normed hidden rows of a prefill chunk
 
     # Sampler scratch.
     lay.add("probs", f32, (V,))
@@ -112,6 +85,8 @@ def conversation_layout(cfg: ModelConfig, policy: RingPolicy,
     lay.add("rebase_sin", f32, (S, 1, half))
     lay.add("rebase_a", f32, (S, KVH, half))
     lay.add("rebase_b", f32, (S, KVH, half))
+    if scratch is not None:
+        scratch(lay, cfg, policy)
     return lay.seal()
 
 

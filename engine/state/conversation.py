@@ -42,7 +42,8 @@ class Conversation:
         self.model = model
         self.policy = policy or RingPolicy.for_model(model.config)
         self.backend = backend or NumpyBackend()
-        self.layout = conversation_layout(model.config, self.policy, self.backend.key_dtype)
+        self.layout = conversation_layout(model.config, self.policy, self.backend.key_dtype,
+                                          self.backend.scratch)
         self.arena = StateArena(self.layout, self.backend.arena_allocator())
         self.ring = KVRing(self.arena, model.config, self.policy, model.rope)
         self.forward = self.backend.make_forward(model, self.ring)

@@ -34,6 +34,7 @@ class GgmlBackend:
     # llama.cpp's default cache does). Values stay f32: out_prod, which reads them in place,
     # has no f16 kernel.
     key_dtype = np.dtype(np.float16)
+    scratch = None  # no arena scratch: its intermediates live in its own buffers
 
     def __init__(self, threads: int | None = None):
         g = ggml()  # raises GgmlUnavailableError with the reason

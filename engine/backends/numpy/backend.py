@@ -13,12 +13,14 @@ from ...state.arena import Allocator
 from ...state.ring import KVRing
 from ..base import ForwardPass
 from .forward import Forward
+from .scratch import add_numpy_scratch
 
 
 class NumpyBackend:
     name = "numpy"
     needs_f32_weights = True
     key_dtype = np.dtype(np.float32)
+    scratch = staticmethod(add_numpy_scratch)  # Forward's intermediates live in the arena
 
     def arena_allocator(self) -> Allocator | None:
         return None

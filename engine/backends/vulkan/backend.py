@@ -44,6 +44,7 @@ class VulkanBackend:
     name = "vulkan"
     needs_f32_weights = False
     key_dtype = np.dtype(np.float32)  # the shaders read f32 keys
+    scratch = None  # no arena scratch: its intermediates live in its own buffers
 
     def __init__(self, ctx: Context | None = None):
         self.ctx = ctx or get_context()  # raises VulkanUnavailableError with the reason

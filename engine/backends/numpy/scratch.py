@@ -1,0 +1,53 @@
+"""The numpy forward pass's scratch regions in the conversation's arena.
+
+Only this backend computes in host arrays, so only its arenas carry these: every decode and
+prefill intermediate has a region here, written with `out=`, so a ready conversation's passes
+allocate nothing. (The regions every backend shares, such as logits and mass, are laid out by
+engine/state/arena.py.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...model.config import ModelConfig, RingPolicy
+from ...state.layout import ArenaLayout
+
+
+def add_numpy_scratch(lay: ArenaLayout, cfg: ModelConfig, policy: RingPolicy) -> None:
+    S, C = policy.max_slots, policy.prefill_chunk
+    H, KVH, hd, G = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.group_size
+    d, F, half = cfg.d_model, cfg.ffn_dim, cfg.head_dim // 2
+    f32 = np.float32
+
+    # Decode scratch: one token.
+    lay.add("x", f32, (d,))  # residual stream
+    lay.add("xn", f32, (d,))  # normed residual
+    lay.add("qkv", f32, (cfg.qkv_dim,))  # q | k | v
+    lay.add("attn", f32, (cfg.q_dim,))  # per-head attention output
+    lay.add("proj", f32, (d,))
+    lay.add("gate_up", f32, (2 * F,))
+    lay.add("ffn", f32, (F,))
+    lay.add("scores", f32, (H * S,))  # (H, n) attention probabilities, n <= S
+    lay.add("row_max", f32, (H,))
+    lay.add("row_sum", f32, (H,))
+    lay.add("rope_a", f32, ((H + KVH) * half,))
+    lay.add("rope_b", f32, ((H + KVH) * half,))
+    lay.add("mass_step", f32, (S,))
+
+    # Prefill scratch: a chunk of C tokens at once.
+    lay.add("p_tokens", np.int64, (C,))
+    lay.add("p_x", f32, (C, d))
+    lay.add("p_qkv", f32, (C, cfg.qkv_dim))
+    lay.add("p_q", f32, (C * G, hd))  # one K/V group's queries, rows (token, head)
+    lay.add("p_scores", f32, (C * G * S,))  # (C*G, n) for one group
+    lay.add("p_row_max", f32, (C * G,))
+    lay.add("p_row_sum", f32, (C * G,))
+    lay.add("p_o", f32, (C * G, hd))
+    lay.add("p_attn", f32, (C, cfg.q_dim))
+    lay.add("p_proj", f32, (C, d))
+    lay.add("p_gate_up", f32, (C, 2 * F))
+    lay.add("p_ffn", f32, (C, F))
+    lay.add("p_rope_a", f32, (C, H + KVH, half))
+    lay.add("p_rope_b", f32, (C, H + KVH, half))
+    lay.add("p_norm", f32, (C,))
