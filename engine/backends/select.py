@@ -104,5 +104,4 @@ def _numpy_note(problem: str, cache_dir: Path | None) -> str | None:
             marker.write_text(problem + "\n")
         except OSError:
             pass  # an unwritable cache only means the note comes again next time
-    return (f"using the numpy reference backend, about 3x slower than ggml: {problem}; "
-            "`make setup` retries the install")
+    return f"using the numpy reference backend, about 3x slower than ggml: {problem}"
