@@ -13,16 +13,38 @@ one for a process.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
 
 from ..model.model import Model
 from ..state.arena import Allocator, ScratchPlan
-from ..state.ring import KVRing
+from ..state.ring import KVRing, SlotSpan
 
 HiddenCallback = Callable[[np.ndarray], None]  # receives final-normed hidden rows (C, d_model)
+ChunkPass = Callable[[SlotSpan, Sequence[int], bool], None]  # (span, chunk, is the last one)
+
+
+def prefill_in_chunks(ring: KVRing, tokens: Sequence[int], chunk_limit: int,
+                      run_chunk: ChunkPass, *, anchors: bool = False,
+                      should_stop: Callable[[], bool] | None = None) -> bool:
+    """Every backend's prefill loop: reserve ring slots for a chunk of at most `chunk_limit`
+    tokens, run the backend's pass over it, commit it. `should_stop` is polled between chunks;
+    a stop leaves every committed chunk in place and returns False."""
+    if not tokens:
+        raise ValueError("prefill needs at least one token")
+    limit = min(chunk_limit, ring.max_admit())
+    if limit < 1:
+        raise ValueError("the ring has no room for new tokens (anchors fill it)")
+    for start in range(0, len(tokens), limit):
+        if should_stop is not None and should_stop():
+            return False
+        chunk = tokens[start : start + limit]
+        span = ring.reserve(len(chunk))
+        run_chunk(span, chunk, start + limit >= len(tokens))
+        ring.commit(span, ring.arena.views().mass, anchors=anchors)
+    return True
 
 
 class ForwardPass(Protocol):

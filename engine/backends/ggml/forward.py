@@ -15,7 +15,7 @@ import numpy as np
 
 from ...state.layout import align_up
 from ...state.ring import KVRing, SlotSpan
-from ..base import HiddenCallback
+from ..base import HiddenCallback, prefill_in_chunks
 from .arena_tensors import ArenaTensors
 from .graph import StepGraph
 from .lib import free_with, ggml, host_buffer
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from .backend import GgmlBackend
 
 BUCKET = 256  # decode graphs cover the ring in steps of this many slots
-# From this many tokens a prefill chunk expands each quantized matrix to f32 and runs f32 GEMMs:
-# the expansion costs about as much as a few tokens' products and the GEMM is ~2x faster.
+# From this many tokens a prefill chunk expands each quantized matrix to f32 and runs ggml's
+# tiled f32 GEMM: measured single-threaded, 273 tok/s against 168 for the quantized products.
 DEQUANTIZE_FROM = 32
 
 
@@ -50,27 +50,17 @@ class GgmlForward:
     def prefill(self, tokens: Sequence[int], *, anchors: bool = False,
                 on_hidden: HiddenCallback | None = None,
                 should_stop: Callable[[], bool] | None = None) -> np.ndarray | None:
-        """Ingest tokens in chunks; return the logits after the last one (an arena view).
+        """Ingest tokens in chunks; return the logits after the last one (an arena view), or
+        None if `should_stop` said so between chunks."""
 
-        `should_stop` is polled between chunks; a stop leaves every committed chunk in place
-        and returns None.
-        """
-        if not tokens:
-            raise ValueError("prefill needs at least one token")
-        limit = min(self.ring.policy.prefill_chunk, self.ring.max_admit())
-        if limit < 1:
-            raise ValueError("the ring has no room for new tokens (anchors fill it)")
-        for start in range(0, len(tokens), limit):
-            if should_stop is not None and should_stop():
-                return None
-            chunk = tokens[start : start + limit]
-            span = self.ring.reserve(len(chunk))
-            v = self.ring.arena.views().check()
+        def run(span: SlotSpan, chunk: Sequence[int], _last: bool) -> None:
             self._prefill_chunk(span, chunk, hidden=on_hidden is not None)
             if on_hidden is not None:
-                on_hidden(v.p_xn[: len(chunk)])
-            self.ring.commit(span, v.mass, anchors=anchors)
-        return v.logits
+                on_hidden(self.ring.arena.views().p_xn[: len(chunk)])
+
+        done = prefill_in_chunks(self.ring, tokens, self.ring.policy.prefill_chunk, run,
+                                 anchors=anchors, should_stop=should_stop)
+        return self.ring.arena.views().logits if done else None
 
     def _prefill_chunk(self, span: SlotSpan, chunk: Sequence[int], *, hidden: bool) -> None:
         C, n = len(chunk), span.start

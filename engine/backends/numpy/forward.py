@@ -16,7 +16,7 @@ from ...model.rope import rotate_pairs
 from ...model.weights import Weights
 from ...state.arena import ArenaViews
 from ...state.ring import KVRing, SlotSpan
-from ..base import HiddenCallback
+from ..base import HiddenCallback, prefill_in_chunks
 
 
 def rmsnorm(x: np.ndarray, weight: np.ndarray, out: np.ndarray, eps: float) -> None:
@@ -83,26 +83,15 @@ class Forward:
     def prefill(self, tokens: Sequence[int], *, anchors: bool = False,
                 on_hidden: HiddenCallback | None = None,
                 should_stop: Callable[[], bool] | None = None) -> np.ndarray | None:
-        """Ingest tokens in chunks; return the logits after the last one (an arena view).
+        """Ingest tokens in chunks; return the logits after the last one (an arena view), or
+        None if `should_stop` said so between chunks."""
 
-        `should_stop` is polled between chunks; a stop leaves every committed chunk in place
-        and returns None.
-        """
-        if not tokens:
-            raise ValueError("prefill needs at least one token")
-        limit = min(self.ring.policy.prefill_chunk, self.ring.max_admit())
-        if limit < 1:
-            raise ValueError("the ring has no room for new tokens (anchors fill it)")
-        for start in range(0, len(tokens), limit):
-            if should_stop is not None and should_stop():
-                return None
-            chunk = tokens[start : start + limit]
-            span = self.ring.reserve(len(chunk))
-            v = self.ring.arena.views()
-            last = start + limit >= len(tokens)
-            self._prefill_chunk(v, span, chunk, on_hidden, final_logits=last)
-            self.ring.commit(span, v.mass, anchors=anchors)
-        return v.logits
+        def run(span: SlotSpan, chunk: Sequence[int], last: bool) -> None:
+            self._prefill_chunk(self.ring.arena.views(), span, chunk, on_hidden, last)
+
+        done = prefill_in_chunks(self.ring, tokens, self.ring.policy.prefill_chunk, run,
+                                 anchors=anchors, should_stop=should_stop)
+        return self.ring.arena.views().logits if done else None
 
     def _prefill_chunk(self, v: ArenaViews, span: SlotSpan, chunk: Sequence[int],
                        on_hidden: HiddenCallback | None, final_logits: bool) -> None:

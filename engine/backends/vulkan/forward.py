@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ...state.layout import align_up, ceil_div
-from ...state.ring import KVRing
-from ..base import HiddenCallback
+from ...state.ring import KVRing, SlotSpan
+from ..base import HiddenCallback, prefill_in_chunks
 from .buffers import DeviceBuffer, readback_buffer
 from .passes import PassRecorder, PassShape
 from .pipelines import Pipelines
@@ -71,20 +71,10 @@ class VulkanForward:
     def prefill(self, tokens: Sequence[int], *, anchors: bool = False,
                 on_hidden: HiddenCallback | None = None,
                 should_stop: Callable[[], bool] | None = None) -> np.ndarray | None:
-        """Ingest tokens in chunks; return the logits after the last one (an arena view)."""
-        if not tokens:
-            raise ValueError("prefill needs at least one token")
-        limit = min(self.chunk, self.ring.max_admit())
-        if limit < 1:
-            raise ValueError("the ring has no room for new tokens (anchors fill it)")
-        v = None
-        for start in range(0, len(tokens), limit):
-            if should_stop is not None and should_stop():
-                return None
-            chunk = tokens[start : start + limit]
-            span = self.ring.reserve(len(chunk))
-            v = self.ring.arena.views().check()
-            last = start + limit >= len(tokens)
+        """Ingest tokens in chunks; return the logits after the last one (an arena view), or
+        None if `should_stop` said so between chunks."""
+
+        def run(span: SlotSpan, chunk: Sequence[int], last: bool) -> None:
             shape = PassShape(self._bucket(len(chunk)), decode=False, logits=last,
                               hidden=on_hidden is not None)
             self.res.tokens[: len(chunk)] = chunk
@@ -92,8 +82,10 @@ class VulkanForward:
             self._pass(shape).run()
             if on_hidden is not None:
                 on_hidden(self.res.hidden[: len(chunk)])
-            self.ring.commit(span, v.mass, anchors=anchors)
-        return self._logits(v)
+
+        done = prefill_in_chunks(self.ring, tokens, self.chunk, run, anchors=anchors,
+                                 should_stop=should_stop)
+        return self._logits(self.ring.arena.views()) if done else None
 
     # -- decode ---------------------------------------------------------------------------
     def decode_one_token(self, token: int) -> np.ndarray:
