@@ -11,6 +11,7 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +27,8 @@ from ..state.conversation import Conversation
 from .bench_snapshot import run_snapshot_benchmarks
 
 DECODE_TOKENS = 32
+# A busy process for the contention benchmark that also ends if the benchmark is killed.
+SPIN_WHILE_PARENT_LIVES = "import os\nparent = os.getppid()\nwhile os.getppid() == parent: pass"
 
 
 def synthetic_tokens(vocab_size: int, count: int, seed: int = 0) -> list[int]:
@@ -75,7 +78,7 @@ def bench_decode_contended(model: Model, repeat: int, backend: Backend) -> float
     conv = Conversation(model, backend=backend)
     conv.ingest(synthetic_tokens(model.config.vocab_size, 1, seed=1))
     token = iter(synthetic_tokens(model.config.vocab_size, DECODE_TOKENS * (repeat + 4), seed=5))
-    busy = subprocess.Popen(["yes"], stdout=subprocess.DEVNULL)  # one core, spinning
+    busy = subprocess.Popen([sys.executable, "-c", SPIN_WHILE_PARENT_LIVES])  # one core
     try:
         for _ in range(DECODE_TOKENS * 3):
             conv.forward.decode_one_token(next(token))
