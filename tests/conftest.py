@@ -8,6 +8,7 @@ import pytest
 
 from engine.model.model import Model, load_model
 from engine.paths import default_model_path
+from engine.process.client import EngineProcess, spawn
 
 from .tiny_model import TinySpec, write_tiny_gguf
 
@@ -61,3 +62,22 @@ def vk_backend():
     from engine.backends.vulkan.backend import VulkanBackend
 
     return VulkanBackend()
+
+
+@pytest.fixture
+def engine(tmp_path, tiny_gguf, tiny_cache):
+    """Starts engine processes on the tiny model (data in tmp_path/data unless given); any
+    still running at the end of the test are killed."""
+    procs: list[EngineProcess] = []
+
+    def start(*extra: str, data_dir: Path | None = None) -> EngineProcess:
+        proc = spawn(data_dir or tmp_path / "data", tiny_cache, tiny_gguf, extra)
+        proc.wait_for("ready", timeout=60)
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.proc.poll() is None:
+            proc.proc.kill()
+            proc.proc.wait(10)

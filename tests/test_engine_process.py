@@ -18,23 +18,6 @@ from engine.snapshot.restore import read_snapshot
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture
-def engine(tmp_path, tiny_gguf, tiny_cache):
-    procs: list[EngineProcess] = []
-
-    def start(*extra: str, data_dir: Path | None = None) -> EngineProcess:
-        proc = spawn(data_dir or tmp_path / "data", tiny_cache, tiny_gguf, extra)
-        proc.wait_for("ready", timeout=60)
-        procs.append(proc)
-        return proc
-
-    yield start
-    for proc in procs:
-        if proc.proc.poll() is None:
-            proc.proc.kill()
-            proc.proc.wait(10)
-
-
 def turn(proc: EngineProcess, session: str, text: str, **kw) -> dict:
     return proc.request({"type": "turn", "session": session, "text": text, "max_tokens": 8,
                          **kw}, "end_of_turn")
