@@ -214,7 +214,7 @@ def _send(args: argparse.Namespace) -> int:
     """Append a user event; a running engine with the session open answers it."""
     import time
 
-    from .session.session import check_session_name
+    from .paths import check_session_name
     from .session.stream import StreamLog
 
     if not args.text.strip():
