@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..paths import session_name_problem
 from ..state.sampling import SamplingSettings
-from ..text import utf8_size
+from ..text import decode_utf8, parse_json, utf8_size
 
 PROTOCOL_VERSION = 1
 # `--backend` of the engine process (and of `channel`, which passes it on): backends/select.py.
@@ -46,25 +46,27 @@ class Limits:
 Check = Callable[[object, Limits], "str | None"]
 
 
-def _text(max_bytes: int | None = None, limit_name: str = "") -> Check:
-    def check(value, limits: Limits) -> str | None:
-        size = utf8_size(value)
-        if size is None:
-            return "holds a lone surrogate (not valid Unicode)"
-        limit = max_bytes if max_bytes is not None else limits.max_message_bytes
-        if size > limit:
-            return f"is {size} bytes; the limit is {limit}{limit_name}"
-        return None
-    return check
+def text_problem(text: str, max_bytes: int, limit_name: str = "") -> str | None:
+    size = utf8_size(text)
+    if size is None:
+        return "holds a lone surrogate (not valid Unicode)"
+    if size > max_bytes:
+        return f"is {size} bytes; the limit is {max_bytes}{limit_name}"
+    return None
+
+
+def message_problem(text: str, limits: Limits) -> str | None:
+    """What is wrong with a user message (`turn`'s text, `channel send`'s), or None."""
+    problem = text_problem(text, limits.max_message_bytes, " (--max-message-bytes)")
+    return problem or (None if text.strip() else "is empty")
+
+
+def _name(value, limits: Limits) -> str | None:
+    return text_problem(value, MAX_NAME_BYTES)
 
 
 def _session(value, limits: Limits) -> str | None:
-    return _text(64)(value, limits) or session_name_problem(value)
-
-
-def _message(value, limits: Limits) -> str | None:
-    problem = _text(None, " (--max-message-bytes)")(value, limits)
-    return problem or (None if value.strip() else "is empty")
+    return text_problem(value, 64) or session_name_problem(value)
 
 
 def _between(low: int, high: int) -> Check:
@@ -82,10 +84,10 @@ class Field:
 SESSION = Field(str, _session)
 # Request type -> (required fields, optional fields). Sampling ranges are SamplingSettings'.
 REQUESTS: dict[str, tuple[dict[str, Field], dict[str, Field]]] = {
-    "hello": ({}, {"client": Field(str, _text(MAX_NAME_BYTES)),
+    "hello": ({}, {"client": Field(str, _name),
                    "protocol": Field(int, _between(0, 1 << 31))}),
     "open": ({"session": SESSION}, {"cold": Field(bool)}),
-    "turn": ({"session": SESSION, "text": Field(str, _message)},
+    "turn": ({"session": SESSION, "text": Field(str, message_problem)},
              {"max_tokens": Field(int, _between(0, MAX_REPLY_TOKENS)),
               "temperature": Field(float), "top_k": Field(int), "top_p": Field(float),
               "seed": Field(int)}),
@@ -159,25 +161,15 @@ def parse_request(line: str | bytes, limits: Limits | None = None) -> Request:
 
 def _decode(line: str | bytes, limits: Limits) -> dict:
     if isinstance(line, str):
-        size = utf8_size(line)
-        if size is None:
+        if utf8_size(line) is None:
             raise ProtocolError("not valid UTF-8 (a lone surrogate)")
         line = line.encode("utf-8")
     if len(line) > limits.max_line_bytes:
         raise ProtocolError(f"request line longer than {limits.max_line_bytes} bytes")
     try:
-        text = line.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ProtocolError(f"not valid UTF-8 (byte 0x{line[exc.start]:02x} at offset "
-                            f"{exc.start})") from None
-    try:
-        record = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ProtocolError(f"not valid JSON ({exc.msg})") from None
-    except RecursionError:
-        raise ProtocolError("not valid JSON (nested too deeply)") from None
-    except ValueError as exc:  # e.g. an integer of more than 4300 digits
-        raise ProtocolError(f"not valid JSON ({' '.join(str(exc).split())})") from None
+        record = parse_json(decode_utf8(line))
+    except ValueError as exc:
+        raise ProtocolError(str(exc)) from None
     if not isinstance(record, dict):
         raise ProtocolError("a request must be a JSON object")
     return record
@@ -193,10 +185,9 @@ def _request_id(record: dict):
     if isinstance(request_id, int) and abs(request_id) > MAX_INT_ID:
         raise ProtocolError(f"'id' must be a string or an integer from -{MAX_INT_ID} to "
                             f"{MAX_INT_ID}")
-    if isinstance(request_id, str):
-        problem = _text(MAX_NAME_BYTES)(request_id, Limits())
-        if problem:
-            raise ProtocolError(f"'id' {problem}")
+    problem = text_problem(request_id, MAX_NAME_BYTES) if isinstance(request_id, str) else None
+    if problem:
+        raise ProtocolError(f"'id' {problem}")
     return request_id
 
 

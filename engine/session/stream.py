@@ -24,7 +24,7 @@ from ulid import ULID
 
 from ..errors import StreamError
 from ..fileio import open_regular
-from ..text import lone_surrogate_in, utf8_size
+from ..text import decode_utf8, lone_surrogate_in, parse_json, utf8_size
 
 ROLES = ("system", "user", "assistant")
 REQUIRED = ("id", "role", "content", "ts")
@@ -76,24 +76,12 @@ def decode_line(raw: bytes) -> StreamEvent:
     """Turn one stream line into an event; raise ValueError naming what is wrong with it."""
     if len(raw) > MAX_LINE_BYTES:
         raise ValueError(f"longer than {MAX_LINE_BYTES} bytes")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at offset "
-                         f"{exc.start})") from None
-    return parse_event(text)
+    return parse_event(decode_utf8(raw))
 
 
 def parse_event(line: str) -> StreamEvent:
     """Parse one stream line's text; raise ValueError naming what is wrong with it."""
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not valid JSON ({exc.msg})") from None
-    except RecursionError:
-        raise ValueError("not valid JSON (nested too deeply)") from None
-    except ValueError as exc:  # e.g. an integer of more than 4300 digits
-        raise ValueError(f"not valid JSON ({' '.join(str(exc).split())})") from None
+    record = parse_json(line)
     if not isinstance(record, dict):
         raise ValueError("not a JSON object")
     missing = [k for k in REQUIRED if k not in record]
@@ -196,7 +184,9 @@ class StreamLog:
         try:
             if self._ends_torn(fd):
                 line = b"\n" + line  # never glue a new event onto a torn fragment
-            os.write(fd, line)
+            written = 0
+            while written < len(line):  # a large line may take more than one write
+                written += os.write(fd, line[written:])
             os.fsync(fd)
             self.own_ids.add(event.id)
         except OSError as exc:
@@ -206,6 +196,7 @@ class StreamLog:
         return event
 
     def _remember(self, end: int, order: _IdOrder) -> None:
+        self._orders.pop(end, None)  # re-inserted as the newest
         self._orders[end] = order
         while len(self._orders) > ORDER_MEMORY:
             del self._orders[next(k for k in self._orders if k)]  # oldest first; keep 0
