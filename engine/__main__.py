@@ -137,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         emit({"type": "warning", "message": note})
     parent = os.getppid()
     die_with_parent()
+    # A file-size limit must fail a write (EFBIG, reported like a full disk), not kill us.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     stop_early = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda *_: stop_early.set())

@@ -132,6 +132,26 @@ def test_defect5_huge_prompts_are_capped_cancellable_and_never_fully_replayed(
     assert turn(again, "s", "works")["type"] == "end_of_turn"
 
 
+def test_a_shutdown_during_a_long_prefill_keeps_the_message_for_the_next_open(engine) -> None:
+    e = engine()
+    e.request({"type": "open", "session": "s"}, "booted")
+    turn(e, "s", "hello")
+    e.send({"type": "turn", "session": "s", "text": "the then " * 7000})
+    message = e.wait_for("turn_started", timeout=30)["user_event_id"]
+    e.send({"type": "shutdown"})
+    assert e.wait_for("end_of_turn", timeout=30)["stop"] == "cancelled"
+    flushed = e.wait_for("snapshot", timeout=30)  # the half-fed state is not saved
+    assert flushed["status"] == "failed" and "not saved" in flushed["error"]
+    e.wait_for("bye", timeout=30)
+    assert e.proc.wait(30) == 0
+    again = engine()
+    open_id = again.send({"type": "open", "session": "s"})
+    booted = again.wait_for("booted", timeout=60)
+    assert booted["kind"] == "warm" and booted["transcript"][-1]["id"] == message
+    answer = again.wait_for("turn_started", timeout=60)  # answered, as after a crash
+    assert answer["req"] == open_id and answer["user_event_id"] == message
+
+
 def test_defect6_an_unusable_snapshot_path_means_a_cold_boot_with_a_reason(
         engine, tmp_path) -> None:
     data = tmp_path / "data"

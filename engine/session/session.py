@@ -122,6 +122,7 @@ class Session:
         message the template cannot take."""
         if not text.strip():
             raise ValueError("empty message")
+        self._check_usable()
         mark = self.transcript.mark()
         prompt = self.transcript.user_turn(text)
         try:
@@ -133,6 +134,7 @@ class Session:
 
     def begin_external(self, event: StreamEvent) -> PendingTurn:
         """A user event another program appended to the stream, to answer as if typed here."""
+        self._check_usable()
         awaiting = self.transcript.awaiting_reply
         return PendingTurn(event, self.transcript.event_tokens(event, generation_prompt=True),
                            awaiting)
@@ -164,7 +166,6 @@ class Session:
         the next open to answer, as after a crash: the checkpoint on disk is the state before
         it, and this half-fed state is never saved.
         """
-        self._check_usable()
         long = len(turn.prompt) > self.conversation.policy.prefill_chunk
         if long:
             self._checkpoint(turn.awaiting_before)
