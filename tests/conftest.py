@@ -13,6 +13,13 @@ from engine.process.client import EngineProcess, spawn
 from .tiny_model import TinySpec, write_tiny_gguf
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--trials", type=int, default=10,
+                     help="SIGKILL trials in tests/test_crash_trials.py (default 10)")
+    parser.addoption("--trial-seed", type=int, default=None,
+                     help="seed for the trials' random choices (default: a random one)")
 # Built once per machine: later test runs map it in milliseconds. Tests that are about
 # building images use their own temporary cache.
 SHARED_CACHE = REPO / ".cache" / "test-weights"
