@@ -55,7 +55,7 @@ class Trials:
         self.gguf, self.cache = model
         self.data = data
         self.rng = rng
-        self.stream = StreamLog(data / "s.stream.jsonl")
+        self.stream_path = data / "s.stream.jsonl"
         self.acknowledged: set[str] = set()
         self.figures: collections.Counter = collections.Counter()
         self.cold_reasons: collections.Counter = collections.Counter()
@@ -116,8 +116,10 @@ class Trials:
             e.request({"type": "close", "session": "s"}, "closed")
             e.send({"type": "open", "session": "s"})
             time.sleep(rng.uniform(0, 0.03))
-        else:  # another program appends a user line, which the engine then answers
-            self.acknowledged.add(self.stream.append("user", f"trial {n}: sent from outside").id)
+        else:  # another program appends a user line, as `channel send` does; it is answered
+            sender = StreamLog(self.stream_path)
+            sender.read()  # its ids follow the stream's
+            self.acknowledged.add(sender.append("user", f"trial {n}: sent from outside").id)
             time.sleep(rng.uniform(0, 0.1))
         os.kill(e.proc.pid, signal.SIGKILL)
         e.proc.wait(30)

@@ -14,6 +14,7 @@ a line could make ambiguous (session.py).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ REQUIRED = ("id", "role", "content", "ts")
 # longer line is some other program's, and is skipped rather than held and tokenized.
 MAX_LINE_BYTES = 8 << 20
 ORDER_MEMORY = 8  # read ends whose id state is kept, so watchers resume checks from them
+TAIL_BYTES = 1 << 16  # read from the end to find the last line's id before an append
 
 
 @dataclass(frozen=True)
@@ -164,17 +166,20 @@ class StreamLog:
         """Append one event and fsync it before returning: the write-ahead guarantee.
 
         An event the reader would refuse (a lone surrogate, an oversized line) is refused
-        here instead, so the stream never holds a line of ours that a boot would skip."""
+        here instead, so the stream never holds a line of ours that a boot would skip.
+        Appenders that use this (the engine, `channel send`) take an exclusive lock and give
+        the new event an id after the file's last one, so their ids stay in file order even
+        when they append in the same millisecond.
+        """
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}")
-        event = StreamEvent(self._next_id(), role, content, _now(), extra)
-        text = event.to_json() + "\n"
-        if utf8_size(text) is None:
+        ts = _now()
+        size = utf8_size(StreamEvent(str(ULID()), role, content, ts, extra).to_json() + "\n")
+        if size is None:
             raise StreamError(f"cannot append to {self.path.name}: the event holds a lone "
                               f"surrogate (not valid Unicode)")
-        line = text.encode("utf-8")
-        if len(line) > MAX_LINE_BYTES:
-            raise StreamError(f"cannot append to {self.path.name}: a {len(line)}-byte line is "
+        if size > MAX_LINE_BYTES:
+            raise StreamError(f"cannot append to {self.path.name}: a {size}-byte line is "
                               f"over the stream's limit of {MAX_LINE_BYTES}")
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
@@ -182,7 +187,11 @@ class StreamLog:
         except FileNotFoundError as exc:
             raise StreamError(f"cannot append to {self.path}: {exc.strerror}") from None
         try:
-            if self._ends_torn(fd):
+            fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd is closed
+            torn, last_id = _tail(fd)
+            event = StreamEvent(self._next_id(last_id), role, content, ts, extra)
+            line = (event.to_json() + "\n").encode("utf-8")
+            if torn:
                 line = b"\n" + line  # never glue a new event onto a torn fragment
             written = 0
             while written < len(line):  # a large line may take more than one write
@@ -203,23 +212,41 @@ class StreamLog:
         if order.top >= 0 and (self._last_id is None or order.top > int(self._last_id)):
             self._last_id = ULID.from_int(order.top)
 
-    def _next_id(self) -> str:
+    def _next_id(self, after: ULID | None) -> str:
         new = ULID()
-        if self._last_id is not None and int(new) <= int(self._last_id):
-            new = ULID.from_int(int(self._last_id) + 1)  # same millisecond: stay monotonic
+        floor = max((int(i) for i in (after, self._last_id) if i is not None), default=-1)
+        if int(new) <= floor:
+            new = ULID.from_int(floor + 1)  # same millisecond: stay monotonic
         self._last_id = new
         return str(new)
-
-    @staticmethod
-    def _ends_torn(fd: int) -> bool:
-        size = os.fstat(fd).st_size
-        return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
 
     def _line_number(self, offset: int) -> int:
         if offset == 0:
             return 0
         with os.fdopen(open_regular(self.path, os.O_RDONLY), "rb") as f:
             return f.read(offset).count(b"\n")
+
+
+def _tail(fd: int) -> tuple[bool, ULID | None]:
+    """Whether the file ends in a torn line, and the id of its last complete line (None if
+    it has none, or one that does not decode)."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return False, None
+    for span in (TAIL_BYTES, MAX_LINE_BYTES + 1):  # most last lines fit the first look
+        start = max(0, size - span)
+        data = os.pread(fd, size - start, start)
+        end = data.rfind(b"\n")
+        begin = data.rfind(b"\n", 0, max(end, 0)) + 1
+        if begin > 0 or start == 0:
+            break
+    torn = not data.endswith(b"\n")
+    if end < 0:
+        return torn, None
+    try:
+        return torn, ULID.from_str(decode_line(data[begin:end]).id)
+    except ValueError:
+        return torn, None
 
 
 def _now() -> str:
