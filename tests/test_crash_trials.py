@@ -67,7 +67,9 @@ class Trials:
         booted = engine.request({"type": "open", "session": "s"}, "booted", timeout=120)
         assert booted["type"] == "booted", booted
         self.judge(booted)
-        self.settle(engine)
+        # The open answers a message a kill left pending; cancelled once it starts: these
+        # trials are about what survives, not about replies.
+        engine.sync(cancel_turns=True)
         return engine
 
     def judge(self, booted: dict) -> None:
@@ -77,17 +79,6 @@ class Trials:
             self.cold_reasons[booted["reason"].split(":")[0]] += 1
         shown = {m["id"] for m in booted["transcript"]}
         self.figures["lost messages"] += len(self.acknowledged - shown)
-
-    def settle(self, engine: EngineProcess) -> None:
-        """Wait for the answer the open gives a pending message (a kill mid-turn leaves one),
-        cancelled once it starts: these trials are about what survives, not replies."""
-        request_id = engine.send({"type": "hello"})
-        while True:
-            event = engine.wait_for(lambda e: e["type"] in ("hello", "turn_started"), 120)
-            if event["type"] == "turn_started":
-                engine.send({"type": "cancel", "session": "s"})
-            elif event.get("req") == request_id:
-                return
 
     def turn(self, text: str, max_tokens: int = 8) -> dict:
         e = self.engine

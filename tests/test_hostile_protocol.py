@@ -155,23 +155,19 @@ def test_an_overlong_line_is_never_held_whole() -> None:
 
 
 # -- a live engine ----------------------------------------------------------------------------
-def start_engine(tiny_gguf: Path, tiny_cache: Path, data: Path) -> EngineProcess:
-    proc = spawn(data, tiny_cache, tiny_gguf, ["--debounce-s", "0.2"])
-    proc.wait_for("ready", timeout=60)
-    for name in SESSIONS:
-        proc.request({"type": "open", "session": name}, "booted")
-    return proc
-
-
 @pytest.fixture(scope="module")
 def live(tiny_gguf, tiny_cache, tmp_path_factory):
-    """One engine for every example of a test: hostile input accumulates, as it would."""
+    """One engine per test, for all its examples: hostile input accumulates, as it would."""
     procs = []
 
     def start(name: str) -> tuple[EngineProcess, Path]:
         data = tmp_path_factory.mktemp(name)
-        procs.append(start_engine(tiny_gguf, tiny_cache, data))
-        return procs[-1], data
+        proc = spawn(data, tiny_cache, tiny_gguf, ["--debounce-s", "0.2"])
+        procs.append(proc)
+        proc.wait_for("ready", timeout=60)
+        for session in SESSIONS:
+            proc.request({"type": "open", "session": session}, "booted")
+        return proc, data
 
     yield functools.cache(start)
     for proc in procs:
@@ -181,19 +177,13 @@ def live(tiny_gguf, tiny_cache, tmp_path_factory):
 
 
 def settle(proc: EngineProcess) -> None:
-    """Wait until the engine has served everything sent so far (`hello` is answered in
-    order), cancelling any turn that starts meanwhile; then check `stats` is answered."""
-    request_id = proc.send({"type": "hello"})
-    while True:
-        event = proc.wait_for(lambda e: e.get("type") in ("turn_started", "hello"), 60)
-        if event["type"] == "hello" and event.get("req") == request_id:
-            break
-        if event["type"] == "turn_started":
-            proc.send({"type": "cancel", "session": event["session"]})
+    """Wait until the engine has served everything sent so far, cancelling any turn that
+    starts meanwhile; check that `stats` is answered; reopen a session a `close` closed."""
+    proc.sync(cancel_turns=True)
     stats = proc.request({"type": "stats"}, "stats", timeout=30)
     assert stats["type"] == "stats", stats
     for name in SESSIONS:
-        if name not in stats["sessions"]:  # a generated `close` closed it: open it again
+        if name not in stats["sessions"]:
             proc.request({"type": "open", "session": name}, "booted")
 
 
