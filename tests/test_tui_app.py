@@ -17,6 +17,7 @@ from channel_tui.widgets.boot_banner import BootBanner
 from channel_tui.widgets.prompt import Prompt
 from channel_tui.widgets.status_bar import StatusBar
 from channel_tui.widgets.transcript import AssistantMessage, Note, UserMessage
+from engine.process.protocol import MAX_REPLY_TOKENS
 
 SIZE = (100, 32)
 
@@ -137,8 +138,9 @@ async def test_send_streams_and_recalls_prompts(make_app) -> None:
 
 
 async def test_escape_cancels_and_a_queued_message_goes_next(make_app, raw_events) -> None:
-    # The tiny model decodes ~2000 tok/s: ask for far more than it can make before Esc.
-    app = make_app(max_tokens=100_000)
+    # The tiny model decodes ~2000 tok/s: ask for far more than it can make before Esc (the
+    # most a turn may ask for).
+    app = make_app(max_tokens=MAX_REPLY_TOKENS)
     events = record_events(app)
     async with app.run_test(size=SIZE) as pilot:
         await booted(pilot, events)
@@ -157,7 +159,7 @@ async def test_escape_cancels_and_a_queued_message_goes_next(make_app, raw_event
         await until(pilot, lambda: len(of_type(events, "end_of_turn")) == 2, what="2 replies")
         await until(pilot, lambda: app.chat.current is None)
         first, second = of_type(events, "end_of_turn")
-        assert first["stop"] == "cancelled" and first["decode_tokens"] < 100_000
+        assert first["stop"] == "cancelled" and first["decode_tokens"] < MAX_REPLY_TOKENS
         assert len(of_type(events, "token", req=first["req"])) > 1  # it arrived in pieces
         cancelled = app.chat.query(AssistantMessage).first()
         assert cancelled.has_class("cancelled") and "cancelled" in str(

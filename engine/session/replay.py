@@ -23,7 +23,6 @@ from .transcript import Transcript
 
 log = logging.getLogger("channel.engine")
 WITHDRAWS = "withdraws"
-REPLAY_SLICE = 256  # tokens between replay progress reports (and chances to abandon a boot)
 ReplayProgress = Callable[[int, int], None]  # (tokens done, tokens total)
 
 
@@ -91,9 +90,11 @@ def replay(conv: Conversation, transcript: Transcript, events: Sequence[StreamEv
     clock0 = ring.clock
     for offset in plan.turn_starts:
         ring.mark_turn_start(clock0 + offset)
-    tokens = plan.tokens
-    for start in range(0, len(tokens), REPLAY_SLICE):
-        conv.ingest(tokens[start : start + REPLAY_SLICE])
+    # One prefill chunk between progress reports (and chances to abandon a boot): at most a
+    # ring's worth is replayed, so the ring's own chunk size gives a few reports at least.
+    tokens, step = plan.tokens, conv.policy.prefill_chunk
+    for start in range(0, len(tokens), step):
+        conv.ingest(tokens[start : start + step])
         if progress is not None:
-            progress(min(start + REPLAY_SLICE, len(tokens)), len(tokens))
+            progress(min(start + step, len(tokens)), len(tokens))
     return len(plan.anchors) + len(tokens)
