@@ -57,7 +57,8 @@ class Trials:
         self.rng = rng
         self.stream_path = data / "s.stream.jsonl"
         self.acknowledged: set[str] = set()
-        self.figures: collections.Counter = collections.Counter()
+        self.figures = collections.Counter(
+            {"lost messages": 0, "corrupt snapshots": 0, "kills mid-write": 0})
         self.cold_reasons: collections.Counter = collections.Counter()
         self.engine = self.start()
 
@@ -148,7 +149,6 @@ def test_sigkill_at_random_points_loses_nothing(crash_model, tmp_path, pytestcon
     figures = dict(sorted(run.figures.items()))
     print(f"\ncrash trials: {trials} (seed {seed}, {time.monotonic() - t0:.0f} s): {figures}; "
           f"cold boots by reason: {dict(run.cold_reasons)}")
-    assert figures.get("lost messages", 0) == 0
-    assert figures.get("corrupt snapshots", 0) == 0
+    assert figures["lost messages"] == 0 and figures["corrupt snapshots"] == 0
     assert figures["next turns that worked"] == trials
     assert figures.get("warm boots", 0) + figures.get("cold boots", 0) == trials + 1
