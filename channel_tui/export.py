@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,12 +45,21 @@ def to_markdown(session: str, messages: list[ChatMessage], model: str | None = N
 
 def export_transcript(directory: Path, session: str, messages: list[ChatMessage],
                       model: str | None = None) -> Path:
-    """Write `<session>-<UTC time>.md` in `directory`; never overwrite an earlier export."""
+    """Write `<session>-<UTC time>.md` in `directory`; never overwrite an earlier export.
+
+    The file is private (0600), like the conversation it copies, and created exclusively: an
+    existing file, or a link planted at its name, is never written through.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     base = f"{session}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
-    path, n = directory / f"{base}.md", 1
-    while path.exists():
-        n += 1
-        path = directory / f"{base}-{n}.md"
-    path.write_text(to_markdown(session, messages, model), encoding="utf-8")
-    return path
+    data = to_markdown(session, messages, model).encode("utf-8", "replace")
+    for n in itertools.count(1):
+        path = directory / (f"{base}.md" if n == 1 else f"{base}-{n}.md")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:
+            continue
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return path
+    raise AssertionError("unreachable")

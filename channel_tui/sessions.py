@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,8 +55,14 @@ def _info(data_dir: Path, name: str) -> SessionInfo:
 
 def last_message(stream: Path) -> str:
     """The newest user or assistant message of a stream, as `role: first line`."""
+    try:  # a FIFO or a link at the name must not block or redirect the session list
+        fd = os.open(stream, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return ""
     try:
-        with open(stream, "rb") as f:
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return ""
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - TAIL_BYTES))
             tail = f.read().decode("utf-8", "replace")
@@ -67,7 +74,10 @@ def last_message(stream: Path) -> str:
         except json.JSONDecodeError:
             continue  # a torn last line, or the cut-off first line of the tail
         if isinstance(event, dict) and event.get("role") in ("user", "assistant"):
-            text = str(event.get("content", "")).strip().splitlines()
+            content = str(event.get("content", ""))
+            # A \ud800 escape decodes to a lone surrogate, which no terminal can draw.
+            content = content.encode("utf-8", "replace").decode("utf-8")
+            text = content.strip().splitlines()
             who = "you" if event["role"] == "user" else "assistant"
             return f"{who}: {text[0] if text else ''}"
     return ""

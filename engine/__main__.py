@@ -16,24 +16,36 @@ import sys
 import threading
 from pathlib import Path
 
-from .errors import ChannelError
+from .errors import ChannelError, UnusableFileError
+from .fileio import open_regular
 from .paths import default_cache_dir, default_data_dir, ensure_private_dir
-from .process.protocol import BACKEND_CHOICES, PROTOCOL_VERSION, encode_event
+from .process.protocol import (
+    BACKEND_CHOICES,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    PROTOCOL_VERSION,
+    Limits,
+    encode_event,
+)
 
 log = logging.getLogger("channel.engine")
 PR_SET_PDEATHSIG = 1
 
 
 class StdoutEmitter:
-    """Writes one event per line; safe from any thread; a vanished reader is not an error."""
+    """Writes one event per line; safe from any thread; a vanished reader is not an error.
+
+    Events go out as UTF-8 bytes whatever the locale: the protocol is UTF-8, and a text
+    stream in another encoding would fail on the first character it cannot encode.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._out = sys.stdout
+        self._out = sys.stdout.buffer
         self.broken = threading.Event()
 
     def __call__(self, event: dict) -> None:
-        line = encode_event({k: v for k, v in event.items() if v is not None}) + "\n"
+        text = encode_event({k: v for k, v in event.items() if v is not None}) + "\n"
+        line = text.encode("utf-8")
         with self._lock:
             if self.broken.is_set():
                 return
@@ -44,17 +56,20 @@ class StdoutEmitter:
                 self.broken.set()
 
 
-def data_dir_problem(path: Path) -> str | None:
-    """Why sessions cannot live in `path`, or None; creates it (private) if missing."""
+def prepare_data_dir(path: Path) -> str | None:
+    """Create `path` (private) if missing; a note if an existing one was made private.
+    Raises ChannelError, with one line, when sessions cannot live there."""
     try:
-        ensure_private_dir(path)
+        note = ensure_private_dir(path)
     except FileExistsError:
-        return f"data directory {path} is not a directory"
+        raise ChannelError(f"data directory {path} is not a directory") from None
+    except PermissionError as exc:
+        raise ChannelError(f"data directory {path} {exc.strerror}") from None
     except OSError as exc:
-        return f"data directory {path} cannot be created: {exc.strerror}"
+        raise ChannelError(f"data directory {path} cannot be created: {exc.strerror}") from None
     if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
-        return f"data directory {path} is not readable and writable"
-    return None
+        raise ChannelError(f"data directory {path} is not readable and writable")
+    return note
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -65,19 +80,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     p.add_argument("--debounce-s", type=float, default=5.0, help="quiescence before autosave")
     p.add_argument("--ring-slots", type=int, default=None)
+    p.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES,
+                   help="refuse a message larger than this (UTF-8 bytes)")
     return p.parse_args(argv)
 
 
-def setup_logging(data_dir: Path) -> None:
+def setup_logging(data_dir: Path | None) -> None:
+    """Log to stderr, and to `engine.log` in the data directory when there is one."""
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
-    try:
-        ensure_private_dir(data_dir)
-        log_path = data_dir / "engine.log"
-        os.close(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))  # private
-        handlers.append(logging.FileHandler(log_path))
-    except OSError as exc:
-        print(f"channel engine: cannot write a log in {data_dir}: {exc.strerror}",
-              file=sys.stderr)
+    if data_dir is not None:
+        try:  # private, and never through a link planted at its name
+            fd = open_regular(data_dir / "engine.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+            handlers.append(logging.StreamHandler(os.fdopen(fd, "a", encoding="utf-8")))
+        except (OSError, UnusableFileError) as exc:
+            print(f"channel engine: cannot write a log in {data_dir}: "
+                  f"{getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
     logging.basicConfig(level=logging.INFO, handlers=handlers,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -105,15 +122,23 @@ def choose(requested: str, model: Path | None, cache_dir: Path, emit) -> object:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     data_dir = args.data_dir or default_data_dir()
-    setup_logging(data_dir)
     emit = StdoutEmitter()
-    problem = data_dir_problem(data_dir)
-    if problem:
-        emit({"type": "error", "code": "fatal", "fatal": True, "message": problem})
-        log.error("%s", problem)
+    try:
+        limits = Limits(max_message_bytes=args.max_message_bytes)
+        note = prepare_data_dir(data_dir)
+    except (ChannelError, ValueError) as exc:
+        setup_logging(None)
+        emit({"type": "error", "code": "fatal", "fatal": True, "message": str(exc)})
+        log.error("%s", exc)
         return 2
+    setup_logging(data_dir)
+    if note:
+        log.warning("%s", note)
+        emit({"type": "warning", "message": note})
     parent = os.getppid()
     die_with_parent()
+    # A file-size limit must fail a write (EFBIG, reported like a full disk), not kill us.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     stop_early = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda *_: stop_early.set())
@@ -138,17 +163,16 @@ def main(argv: list[str] | None = None) -> int:
         emit({"type": "bye", "reason": "stopped while loading"})
         return 0
 
+    from .process.reader import read_requests
     from .process.server import EngineServer
 
-    server = EngineServer(model, data_dir, emit, args.debounce_s, policy, backend)
+    server = EngineServer(model, data_dir, emit, args.debounce_s, policy, backend, limits)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda n, _f: server.request_shutdown(signal.Signals(n).name))
 
     def read_stdin() -> None:
-        for line in sys.stdin:
-            if line.strip():
-                server.submit_line(line)
-        server.request_shutdown("stdin closed")
+        read_requests(lambda n: os.read(sys.stdin.fileno(), n), limits.max_line_bytes,
+                      server.submit_line, server.reader_failed, server.request_shutdown)
 
     def watch_parent() -> None:
         while not server.done.wait(0.5):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .errors import ChannelError
 from .paths import default_cache_dir, default_data_dir
-from .process.protocol import BACKEND_CHOICES
+from .process.protocol import BACKEND_CHOICES, Limits, message_problem
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -135,6 +135,9 @@ def _chat(args: argparse.Namespace) -> int:
     settings = SamplingSettings(args.temperature, args.top_k, args.top_p, args.seed)
     if args.max_tokens < 1:
         raise ValueError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+    problem = message_problem(args.message, Limits())
+    if problem:
+        raise ValueError(f"the message {problem}")
     backend = pick_backend(args)
     model = load_model_with_progress(args, backend)
     session = Session(model, data_dir(args), _opt(args, "session", "default"), backend=backend)
@@ -214,11 +217,12 @@ def _send(args: argparse.Namespace) -> int:
     """Append a user event; a running engine with the session open answers it."""
     import time
 
-    from .session.session import check_session_name
+    from .paths import check_session_name
     from .session.stream import StreamLog
 
-    if not args.text.strip():
-        raise ValueError("empty message")
+    problem = message_problem(args.text, Limits())  # what the engine would take in a turn
+    if problem:
+        raise ValueError(f"the message {problem}")
     name = check_session_name(_opt(args, "session", "default"))
     log = StreamLog(data_dir(args) / f"{name}.stream.jsonl")
     start = log.read()

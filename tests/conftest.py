@@ -8,10 +8,18 @@ import pytest
 
 from engine.model.model import Model, load_model
 from engine.paths import default_model_path
+from engine.process.client import EngineProcess, spawn
 
 from .tiny_model import TinySpec, write_tiny_gguf
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--trials", type=int, default=10,
+                     help="SIGKILL trials in tests/test_crash_trials.py (default 10)")
+    parser.addoption("--trial-seed", type=int, default=None,
+                     help="seed for the trials' random choices (default: a random one)")
 # Built once per machine: later test runs map it in milliseconds. Tests that are about
 # building images use their own temporary cache.
 SHARED_CACHE = REPO / ".cache" / "test-weights"
@@ -61,3 +69,22 @@ def vk_backend():
     from engine.backends.vulkan.backend import VulkanBackend
 
     return VulkanBackend()
+
+
+@pytest.fixture
+def engine(tmp_path, tiny_gguf, tiny_cache):
+    """Starts engine processes on the tiny model (data in tmp_path/data unless given); any
+    still running at the end of the test are killed."""
+    procs: list[EngineProcess] = []
+
+    def start(*extra: str, data_dir: Path | None = None) -> EngineProcess:
+        proc = spawn(data_dir or tmp_path / "data", tiny_cache, tiny_gguf, extra)
+        proc.wait_for("ready", timeout=60)
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.proc.poll() is None:
+            proc.proc.kill()
+            proc.proc.wait(10)

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import gguf
 import pytest
 
-from engine.model.chat_template import CHATML_TEMPLATE, ChatTemplate, ChatTemplateError
+from engine.model.chat_template import (
+    CHATML_TEMPLATE,
+    ChatTemplate,
+    ChatTemplateError,
+    ChatTemplateLimitError,
+)
 
 SMOLLM_DEFAULT = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 USER_HI = [{"role": "user", "content": "hi"}]
@@ -107,7 +113,7 @@ def test_tojson_does_not_html_escape() -> None:
         ("{{ ''.__class__.__mro__ }}", "unsafe"),
         ("{{ messages.append(1) }}", "unsafe"),
         ("{{ cycler.__init__.__globals__ }}", "unsafe"),
-        ("{{ 'x' * 1000000000 }}", "repetition too large"),
+        ("{{ 'x' * 1000000000 }}", "repetition of 1,000,000,000 characters exceeds"),
         ("{{ 10 ** 100000 }}", "exponent too large"),
         ("{{ messages[0]['content'] + 1 }}", "failed"),
     ],
@@ -137,3 +143,42 @@ def test_gguf_without_template_falls_back_to_chatml(tmp_path: Path) -> None:
 def test_gguf_template_is_used(tmp_path: Path) -> None:
     reader = _tiny_gguf(tmp_path / "t.gguf", "{{ bos_token }}{{ messages[0]['content'] }}")
     assert ChatTemplate.from_gguf(reader).render(USER_HI) == "<s>hi"
+
+
+# Templates that burn memory or time without limit under jinja2's stock sandbox.
+HOSTILE_TEMPLATES = {
+    "doubling": "{% set ns = namespace(s='x') %}{% for i in range(64) %}"
+                "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
+    "macro doubling": "{% macro d(s, n) %}{% if n %}{{ d(s ~ s, n - 1) }}{% else %}{{ s }}"
+                      "{% endif %}{% endmacro %}{{ d('x', 60) }}",
+    "plus doubling": "{% set ns = namespace(s='x') %}{% for i in range(64) %}"
+                     "{% set ns.s = ns.s + ns.s %}{% endfor %}",
+    "nested loops": "{% set r = range(100000) %}{% for a in r %}{% for b in r %}"
+                    "{% for c in r %}{% endfor %}{% endfor %}{% endfor %}",
+    "padding": "{{ 'x'|center(1000000000) }}",
+    "method padding": "{{ 'x'.ljust(1000000000) }}",
+    "percent width": "{{ '%01000000000d' % 1 }}",
+    "format width": "{{ '{:>999999999}'.format(1) }}",
+    "replace": "{% set s = 'x' * 100000 %}{{ s|replace('', s) }}",
+    "output": "{% for i in range(100000) %}{% for j in range(100) %}xxxxxxxxxxxxxxxxxxxx"
+              "{% endfor %}{% endfor %}",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_TEMPLATES))
+def test_a_template_past_its_limits_is_refused_at_load(name: str) -> None:
+    t0 = time.monotonic()
+    with pytest.raises(ChatTemplateLimitError, match="exceeds its limits") as info:
+        ChatTemplate(HOSTILE_TEMPLATES[name])
+    assert time.monotonic() - t0 < 10 and "\n" not in str(info.value)
+
+
+def test_render_limits_scale_with_the_conversation() -> None:
+    template = ChatTemplate(CHATML_TEMPLATE)
+    long = [{"role": "user", "content": "word " * 100_000}] * 8  # 4 MB of text
+    assert len(template.render(long)) > 4_000_000
+    doubling_content = ChatTemplate(
+        "{% for m in messages %}{{ m['content'] ~ m['content'] ~ m['content'] ~ m['content'] ~"
+        " m['content'] }}{% endfor %}")
+    with pytest.raises(ChatTemplateLimitError, match="exceeds the limit"):
+        doubling_content.render(long)

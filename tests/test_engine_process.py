@@ -18,23 +18,6 @@ from engine.snapshot.restore import read_snapshot
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture
-def engine(tmp_path, tiny_gguf, tiny_cache):
-    procs: list[EngineProcess] = []
-
-    def start(*extra: str, data_dir: Path | None = None) -> EngineProcess:
-        proc = spawn(data_dir or tmp_path / "data", tiny_cache, tiny_gguf, extra)
-        proc.wait_for("ready", timeout=60)
-        procs.append(proc)
-        return proc
-
-    yield start
-    for proc in procs:
-        if proc.proc.poll() is None:
-            proc.proc.kill()
-            proc.proc.wait(10)
-
-
 def turn(proc: EngineProcess, session: str, text: str, **kw) -> dict:
     return proc.request({"type": "turn", "session": session, "text": text, "max_tokens": 8,
                          **kw}, "end_of_turn")
@@ -312,28 +295,40 @@ def test_an_unusable_data_directory_is_a_fatal_one_line_error(tmp_path, tiny_ggu
     assert e.proc.wait(30) == 2
 
 
-def test_shutdown_during_a_long_cold_replay_does_not_wait_for_it(engine, tmp_path) -> None:
+def test_shutdown_during_a_long_cold_replay_does_not_wait_for_it(tmp_path) -> None:
     from ulid import ULID
 
+    from engine.model.model import load_model
     from engine.session.stream import StreamEvent
 
+    from .tiny_model import TinySpec, write_tiny_gguf
+
+    # A replay feeds at most a ring's worth of tokens: a tiny model with a long context (and
+    # so an 8192-slot ring) makes that take seconds.
+    gguf = write_tiny_gguf(tmp_path / "long.gguf", TinySpec(context_length=8192))
+    load_model(gguf, tmp_path / "cache")
     data = tmp_path / "data"
     data.mkdir(mode=0o700)
     lines = [StreamEvent(str(ULID()), "system", "You are a tiny test model.", "t").to_json()]
-    for i in range(400):  # ~100k tokens: seconds of replay even on the tiny model
+    for i in range(400):  # ~280k tokens, of which the ring takes the last 8k
         lines.append(StreamEvent(str(ULID()), "user",
                                  f"message {i} " + "the then and on an in there " * 40,
                                  "t").to_json())
         lines.append(StreamEvent(str(ULID()), "assistant", "er " * 40, "t").to_json())
     (data / "long.stream.jsonl").write_text("\n".join(lines) + "\n")
-    e = engine(data_dir=data)
-    e.send({"type": "open", "session": "long", "cold": True})
-    e.wait_for("replay_progress", timeout=60)
-    t0 = time.monotonic()
-    e.send({"type": "shutdown"})
-    error = e.wait_for("error", timeout=60)
-    assert "abandoned" in error["message"]
-    e.wait_for("bye", timeout=30)
-    assert time.monotonic() - t0 < 20
-    assert e.proc.wait(30) == 0
+    e = spawn(data, tmp_path / "cache", gguf)
+    try:
+        e.wait_for("ready", timeout=60)
+        e.send({"type": "open", "session": "long", "cold": True})
+        e.wait_for("replay_progress", timeout=60)
+        t0 = time.monotonic()
+        e.send({"type": "shutdown"})
+        error = e.wait_for("error", timeout=60)
+        assert "abandoned" in error["message"]
+        e.wait_for("bye", timeout=30)
+        assert time.monotonic() - t0 < 20
+        assert e.proc.wait(30) == 0
+    finally:
+        if e.proc.poll() is None:
+            e.proc.kill()
     assert not (data / "long.snapshot.bin").exists()  # a half-replayed ring is never saved

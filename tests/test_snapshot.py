@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import resource
+import signal
 import threading
 import time
 from pathlib import Path
@@ -10,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from engine.fileio import describe_os_error
 from engine.model.config import RingPolicy
 from engine.session.session import Session
 from engine.snapshot.format import HEADER, SnapshotError
@@ -149,20 +153,28 @@ def test_writer_refuses_out_of_order_calls(tiny_model, tmp_path: Path) -> None:
     assert not writer.tmp.exists() and not (tmp_path / "s.snapshot.bin").exists()
 
 
-def test_full_disk_fails_cleanly_and_keeps_the_old_snapshot(tiny_model, tmp_path: Path) -> None:
-    if not os.path.exists("/dev/full"):
-        pytest.skip("no /dev/full on this system")
+def test_a_refused_write_fails_cleanly_and_keeps_the_old_snapshot(tiny_model,
+                                                                  tmp_path: Path) -> None:
     conv = busy_conversation(tiny_model, tokens=40)
     saver = Snapshotter(conv, tmp_path / "s.snapshot.bin")
     saver.save("")
     before = saver.path.read_bytes()
     conv.forward.decode_one_token(5)
-    # The temporary file is a link to /dev/full: every write fails with ENOSPC.
-    os.symlink("/dev/full", tmp_path / "s.snapshot.bin.tmp")
-    result = saver.save("")
+    # A file-size limit below the snapshot's size stands in for a full disk: the kernel
+    # refuses the write part-way (EFBIG, as ENOSPC would), with SIGXFSZ ignored.
+    old_signal = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (len(before) // 2, old_limit[1]))
+    try:
+        result = saver.save("")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_signal)
     assert result.status == SnapshotStatus.FAILED
-    assert result.error == "no space left on device"
+    assert result.error == os.strerror(errno.EFBIG)
     assert saver.path.read_bytes() == before
+    assert not saver.path.with_name("s.snapshot.bin.tmp").exists()
+    assert describe_os_error(OSError(errno.ENOSPC, "x")) == "no space left on device"
     conv.forward.decode_one_token(6)  # the ring was thawed: decoding and evicting go on
     assert saver.save("").status == SnapshotStatus.SAVED
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -96,3 +98,17 @@ def test_reading_arbitrary_bytes_never_raises(tmp_path: Path, garbage: list[byte
     assert read.events[0] == kept
     for event in read.events:
         assert parse_event(event.to_json()) == event
+
+
+def test_concurrent_appenders_keep_ids_in_file_order(tmp_path: Path) -> None:
+    path = tmp_path / "s.stream.jsonl"
+    script = ("import sys; from engine.session.stream import StreamLog; "
+              "log = StreamLog(sys.argv[1]); "
+              "[log.append('user', f'{sys.argv[2]} {i}') for i in range(150)]")
+    writers = [subprocess.Popen([sys.executable, "-c", script, str(path), name])
+               for name in ("a", "b", "c")]
+    assert all(w.wait(60) == 0 for w in writers)
+    read = StreamLog(path).read()
+    assert len(read.events) == 450 and read.warnings == [] and read.disorder == {}
+    ids = [int(ULID.from_str(e.id)) for e in read.events]
+    assert ids == sorted(ids) and len(set(ids)) == 450

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from channel_tui import format as fmt
@@ -94,6 +95,17 @@ def test_export_writes_markdown_without_overwriting(tmp_path) -> None:
     text = first.read_text()
     assert "> Be brief." in text and "## You" in text and "Hello **there**" in text
     assert "_(reply cancelled)_" in text
+    assert all(oct(p.stat().st_mode & 0o777) == "0o600" for p in (first, second))
+
+
+def test_export_never_writes_through_a_link(tmp_path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    for name in (f"s-{stamp}.md", f"s-{stamp}-2.md"):  # whichever second it writes in
+        (tmp_path / name).symlink_to(victim)
+    path = export_transcript(tmp_path, "s", [ChatMessage("user", "hi")])
+    assert not path.is_symlink() and victim.read_text() == "precious"
 
 
 def test_options_and_data_dir_checks(tmp_path) -> None:

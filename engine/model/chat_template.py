@@ -1,20 +1,22 @@
 """Renders a GGUF's Jinja chat template the way HF `apply_chat_template` does, sandboxed.
 
-A GGUF is untrusted input, so its template runs in jinja2's immutable sandbox, with the string
-and number blow-ups the stock sandbox allows (`'x' * 10**10`) refused as well.
+A GGUF is untrusted input, so its template runs in jinja2's immutable sandbox, and every
+render is held to a deadline and a size cap (template_sandbox.py): the blow-ups the stock
+sandbox allows (`'x' * 10**10`, `~` doubling, nested loops) are refused with their reason. A
+template that exceeds the limits on a small sample conversation is refused when the model
+loads.
 """
 
 from __future__ import annotations
 
 import json
-import operator
 from datetime import datetime
 from typing import Any
 
 import jinja2
 import jinja2.ext
-from jinja2.exceptions import SecurityError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from .template_sandbox import LimitedSandbox, RenderLimitError, budget
 
 # Used when a GGUF carries no template: SmolLM2's format without its default system prompt.
 CHATML_TEMPLATE = (
@@ -28,37 +30,22 @@ CHATML_TEMPLATE = (
 _SENTINEL_SYSTEM = "QZXSYSTEMSENTINELQZX"
 _SENTINEL_USER = "QZXUSERSENTINELQZX"
 
-# Caps on what one `*` or `**` may build; real chat templates stay far below these.
-_MAX_REPEAT_LEN = 1 << 20
-_MAX_POW_BITS = 4096
+# Render limits. Real templates render a long conversation in milliseconds, and their output
+# is the messages plus a little markup per message.
+RENDER_SECONDS = 2.0
+MIN_OUTPUT_CHARS = 1 << 20
+OUTPUT_PER_INPUT_CHAR = 4
+# Stands for a conversation when a template is checked at load: every role, some text.
+_PROBE = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello?"},
+          {"role": "assistant", "content": "Hi."}, {"role": "user", "content": "Bye."}]
 
 
 class ChatTemplateError(ValueError):
     """The chat template does not compile, breaks the sandbox, or fails to render."""
 
 
-class _Sandbox(ImmutableSandboxedEnvironment):
-    """The immutable sandbox plus limits on `*` and `**`, which jinja2 leaves unchecked."""
-
-    intercepted_binops = frozenset({"*", "**"})
-
-    def call_binop(self, context: Any, operator_: str, left: Any, right: Any) -> Any:
-        if operator_ == "**":
-            if _pow_too_large(left, right):
-                raise SecurityError("exponent too large")
-            return operator.pow(left, right)
-        seq, count = (right, left) if isinstance(left, int) else (left, right)
-        repeats = isinstance(seq, (str, list, tuple)) and isinstance(count, int)
-        if repeats and len(seq) * count > _MAX_REPEAT_LEN:
-            raise SecurityError("sequence repetition too large")
-        return operator.mul(left, right)
-
-
-def _pow_too_large(base: Any, exponent: Any) -> bool:
-    # Float overflow raises by itself; big ints just grow, so bound the result's bit length.
-    if not (isinstance(base, int) and isinstance(exponent, int)) or abs(base) <= 1:
-        return False
-    return exponent * abs(base).bit_length() > _MAX_POW_BITS
+class ChatTemplateLimitError(ChatTemplateError):
+    """The chat template ran past its render deadline or size cap."""
 
 
 def _raise_exception(message: str) -> None:
@@ -90,7 +77,8 @@ class ChatTemplate:
     def __init__(self, source: str, bos_token: str = "", eos_token: str = "") -> None:
         # trim_blocks/lstrip_blocks and loopcontrols are what HF uses, and templates are
         # written against exactly that environment.
-        env = _Sandbox(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+        env = LimitedSandbox(trim_blocks=True, lstrip_blocks=True,
+                             extensions=[jinja2.ext.loopcontrols])
         env.filters["tojson"] = _tojson
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = _strftime_now
@@ -101,6 +89,12 @@ class ChatTemplate:
         self.source = source
         self.bos_token = bos_token
         self.eos_token = eos_token
+        try:
+            self.render(_PROBE, add_generation_prompt=True)
+        except ChatTemplateLimitError as exc:
+            raise ChatTemplateLimitError(f"{exc} (on a four-message sample)") from None
+        except ChatTemplateError:
+            pass  # e.g. a template that takes no system message: judged when it is used
 
     @classmethod
     def from_gguf(cls, reader: Any) -> ChatTemplate:
@@ -114,14 +108,27 @@ class ChatTemplate:
         )
 
     def render(self, messages: list[dict], add_generation_prompt: bool = False) -> str:
-        """The prompt text for `messages` ({"role", "content"} dicts)."""
+        """The prompt text for `messages` ({"role", "content"} dicts), within the limits."""
+        given = sum(len(str(m.get("content", ""))) for m in messages)
+        cap = max(MIN_OUTPUT_CHARS, OUTPUT_PER_INPUT_CHAR * given)
         try:
-            return self._template.render(
-                messages=messages,
-                add_generation_prompt=add_generation_prompt,
-                bos_token=self.bos_token,
-                eos_token=self.eos_token,
-            )
+            with budget(RENDER_SECONDS, cap) as limit:
+                chunks, size = [], 0
+                for chunk in self._template.generate(
+                    messages=messages, add_generation_prompt=add_generation_prompt,
+                    bos_token=self.bos_token, eos_token=self.eos_token,
+                ):
+                    size += len(chunk)
+                    limit.check_size(size, "output")
+                    limit.step()
+                    chunks.append(chunk)
+                return "".join(chunks)
+        except RenderLimitError as exc:
+            raise ChatTemplateLimitError(f"chat template exceeds its limits: "
+                                         f"{_one_line(exc)}") from None
+        except MemoryError:
+            raise ChatTemplateLimitError("chat template exceeds its limits: out of "
+                                         "memory") from None
         except Exception as exc:  # SecurityError, TemplateError, or the template's own bug
             raise ChatTemplateError(f"chat template failed: {_one_line(exc)}") from exc
 

@@ -94,6 +94,17 @@ class EngineProcess:
             lambda e: e.get("req") == request_id and e.get("type") in (until, "error"), timeout)
         return event
 
+    def sync(self, cancel_turns: bool = False, timeout: float = 120.0) -> None:
+        """Wait until the engine has served every request sent so far (`hello` is answered
+        in order). With cancel_turns, a turn that starts meanwhile is cancelled."""
+        request_id = self.send({"type": "hello"})
+        while True:
+            event = self.wait_for(lambda e: e.get("type") in ("hello", "turn_started"), timeout)
+            if event["type"] == "hello" and event.get("req") == request_id:
+                return
+            if event["type"] == "turn_started" and cancel_turns:
+                self.send({"type": "cancel", "session": event["session"]})
+
     def close(self, timeout: float = 60.0) -> int:
         if self.proc.poll() is None:
             with contextlib.suppress(OSError):

@@ -1,36 +1,105 @@
-"""The engine's line-delimited JSON protocol (docs/protocol.md): request parsing and checks.
+"""The engine's line-delimited JSON protocol (docs/protocol.md): the one validation layer.
 
-Every request is one JSON object per line on the engine's stdin; every event one JSON object
-per line on its stdout. This module turns a line into a validated Request or raises
-ProtocolError with a one-line reason; it imports nothing heavy, so clients may use it too.
+A request line is checked in full here, before the engine acts on it in any way: its size in
+bytes, UTF-8, JSON (nesting included), the schema, every field's type, range and size, valid
+Unicode in every string, and the sampling settings as a whole. A line that fails raises
+ProtocolError with a one-line reason, so nothing is logged, ingested or opened for it. This
+module imports nothing heavy, so clients may use it too.
 """
 
 from __future__ import annotations
 
 import json
-import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from ..paths import session_name_problem
+from ..state.sampling import SamplingSettings
+from ..text import decode_utf8, parse_json, utf8_size
 
 PROTOCOL_VERSION = 1
 # `--backend` of the engine process (and of `channel`, which passes it on): backends/select.py.
 BACKEND_CHOICES = ("auto", "ggml", "numpy", "vulkan")
 MAX_LINE_BYTES = 1 << 20  # a request larger than this is refused, not parsed
+# A message larger than this is refused (--max-message-bytes). The ring holds a few thousand
+# tokens, a few pages of text: a bigger message mostly costs prefill time it then evicts.
+DEFAULT_MAX_MESSAGE_BYTES = 64 << 10
+MAX_REPLY_TOKENS = 1 << 16
+MAX_NAME_BYTES = 256  # a string id or a client name
+MAX_INT_ID = (1 << 63) - 1
 
-# Request type -> (required fields, optional fields with their types)
-REQUESTS: dict[str, tuple[dict[str, type], dict[str, type]]] = {
-    "hello": ({}, {"client": str, "protocol": int}),
-    "open": ({"session": str}, {"cold": bool}),
-    "turn": ({"session": str, "text": str},
-             {"max_tokens": int, "temperature": float, "top_k": int, "top_p": float,
-              "seed": int}),
-    "cancel": ({"session": str}, {}),
-    "save": ({"session": str}, {}),
-    "restore": ({"session": str}, {}),
-    "stats": ({}, {"session": str}),
-    "boot_compare": ({"session": str}, {}),
-    "close": ({"session": str}, {}),
+
+@dataclass(frozen=True)
+class Limits:
+    """The size limits of one engine process."""
+
+    max_line_bytes: int = MAX_LINE_BYTES
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_message_bytes <= self.max_line_bytes:
+            raise ValueError(f"--max-message-bytes must be from 1 to {self.max_line_bytes}, "
+                             f"got {self.max_message_bytes}")
+
+
+# A field check returns what is wrong with a value (its type already checked), or None.
+Check = Callable[[object, Limits], "str | None"]
+
+
+def text_problem(text: str, max_bytes: int, limit_name: str = "") -> str | None:
+    size = utf8_size(text)
+    if size is None:
+        return "holds a lone surrogate (not valid Unicode)"
+    if size > max_bytes:
+        return f"is {size} bytes; the limit is {max_bytes}{limit_name}"
+    return None
+
+
+def message_problem(text: str, limits: Limits) -> str | None:
+    """What is wrong with a user message (`turn`'s text, `channel send`'s), or None."""
+    problem = text_problem(text, limits.max_message_bytes, " (--max-message-bytes)")
+    return problem or (None if text.strip() else "is empty")
+
+
+def _name(value, limits: Limits) -> str | None:
+    return text_problem(value, MAX_NAME_BYTES)
+
+
+def _session(value, limits: Limits) -> str | None:
+    return text_problem(value, 64) or session_name_problem(value)
+
+
+def _between(low: int, high: int) -> Check:
+    def check(value, limits: Limits) -> str | None:
+        return None if low <= value <= high else f"must be from {low} to {high}, got {value}"
+    return check
+
+
+@dataclass(frozen=True)
+class Field:
+    type: type
+    check: Check | None = None
+
+
+SESSION = Field(str, _session)
+# Request type -> (required fields, optional fields). Sampling ranges are SamplingSettings'.
+REQUESTS: dict[str, tuple[dict[str, Field], dict[str, Field]]] = {
+    "hello": ({}, {"client": Field(str, _name),
+                   "protocol": Field(int, _between(0, 1 << 31))}),
+    "open": ({"session": SESSION}, {"cold": Field(bool)}),
+    "turn": ({"session": SESSION, "text": Field(str, message_problem)},
+             {"max_tokens": Field(int, _between(0, MAX_REPLY_TOKENS)),
+              "temperature": Field(float), "top_k": Field(int), "top_p": Field(float),
+              "seed": Field(int)}),
+    "cancel": ({"session": SESSION}, {}),
+    "save": ({"session": SESSION}, {}),
+    "restore": ({"session": SESSION}, {}),
+    "stats": ({}, {"session": SESSION}),
+    "boot_compare": ({"session": SESSION}, {}),
+    "close": ({"session": SESSION}, {}),
     "shutdown": ({}, {}),
 }
+SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "seed")
 
 
 class ProtocolError(ValueError):
@@ -46,24 +115,18 @@ class Request:
     type: str
     id: object = None  # echoed back as "req" on every event the request causes
     args: dict = field(default_factory=dict)
+    settings: SamplingSettings | None = None  # a turn's, checked with the rest
 
     @property
     def session(self) -> str | None:
         return self.args.get("session")
 
 
-def parse_request(line: str | bytes) -> Request:
-    if len(line) > MAX_LINE_BYTES:
-        raise ProtocolError(f"request line longer than {MAX_LINE_BYTES} bytes")
-    try:
-        record = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ProtocolError(f"not valid JSON ({getattr(exc, 'msg', exc)})") from None
-    if not isinstance(record, dict):
-        raise ProtocolError("a request must be a JSON object")
-    request_id = record.get("id")
-    if request_id is not None and not isinstance(request_id, (str, int)):
-        raise ProtocolError("'id' must be a string or an integer")
+def parse_request(line: str | bytes, limits: Limits | None = None) -> Request:
+    """Check one request line in full; raise ProtocolError naming the first problem."""
+    limits = limits or Limits()
+    record = _decode(line, limits)
+    request_id = _request_id(record)
     kind = record.get("type")
     if not isinstance(kind, str):
         raise ProtocolError("missing 'type'", request_id)
@@ -71,27 +134,80 @@ def parse_request(line: str | bytes) -> Request:
         raise ProtocolError(f"unknown request type {kind!r}", request_id)
     required, optional = REQUESTS[kind]
     args = {}
-    for name, expected in {**required, **optional}.items():
+    for name, spec in {**required, **optional}.items():
         if name not in record:
             if name in required:
                 raise ProtocolError(f"{kind}: missing field {name!r}", request_id)
             continue
-        value = record[name]
-        if expected is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
-            raise ProtocolError(
-                f"{kind}: field {name!r} must be {expected.__name__}, got {type(value).__name__}",
-                request_id,
-            )
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ProtocolError(f"{kind}: field {name!r} must be finite", request_id)
+        value = _typed(record[name], spec.type)
+        if value is None:
+            raise ProtocolError(f"{kind}: field {name!r} must be {spec.type.__name__}, got "
+                                f"{type(record[name]).__name__}", request_id)
+        problem = spec.check(value, limits) if spec.check else None
+        if problem:
+            raise ProtocolError(f"{kind}: field {name!r} {problem}", request_id)
         args[name] = value
     unknown = set(record) - set(required) - set(optional) - {"id", "type"}
     if unknown:
-        raise ProtocolError(f"{kind}: unknown field {sorted(unknown)[0]!r}", request_id)
-    return Request(kind, request_id, args)
+        raise ProtocolError(f"{kind}: unknown field {min(unknown)!r}", request_id)
+    settings = None
+    if kind == "turn":
+        try:
+            settings = SamplingSettings(**{k: args[k] for k in SAMPLING_FIELDS if k in args})
+        except ValueError as exc:
+            raise ProtocolError(f"turn: {exc}", request_id) from None
+    return Request(kind, request_id, args, settings)
+
+
+def _decode(line: str | bytes, limits: Limits) -> dict:
+    if isinstance(line, str):
+        if utf8_size(line) is None:
+            raise ProtocolError("not valid UTF-8 (a lone surrogate)")
+        line = line.encode("utf-8")
+    if len(line) > limits.max_line_bytes:
+        raise ProtocolError(f"request line longer than {limits.max_line_bytes} bytes")
+    try:
+        record = parse_json(decode_utf8(line))
+    except ValueError as exc:
+        raise ProtocolError(str(exc)) from None
+    if not isinstance(record, dict):
+        raise ProtocolError("a request must be a JSON object")
+    return record
+
+
+def _request_id(record: dict):
+    """The request's id, or ProtocolError (not echoing an id that is itself bad)."""
+    request_id = record.get("id")
+    if request_id is None:
+        return None
+    if isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
+        raise ProtocolError("'id' must be a string or an integer")
+    if isinstance(request_id, int) and abs(request_id) > MAX_INT_ID:
+        raise ProtocolError(f"'id' must be a string or an integer from -{MAX_INT_ID} to "
+                            f"{MAX_INT_ID}")
+    problem = text_problem(request_id, MAX_NAME_BYTES) if isinstance(request_id, str) else None
+    if problem:
+        raise ProtocolError(f"'id' {problem}")
+    return request_id
+
+
+def _typed(value, expected: type):
+    """`value` as `expected` (an integer is a valid float), or None if it is not one."""
+    if isinstance(value, bool) and expected is not bool:
+        return None
+    if expected is float and isinstance(value, int):
+        try:
+            return float(value)
+        except OverflowError:
+            return None
+    return value if isinstance(value, expected) else None
 
 
 def encode_event(event: dict) -> str:
-    return json.dumps(event, ensure_ascii=False, separators=(",", ":"))
+    """One event as a JSON line body. Events are valid UTF-8 whatever they carry: a string
+    that cannot be encoded (a lone surrogate, from a bug upstream) is \\u-escaped instead of
+    breaking the engine's stdout."""
+    text = json.dumps(event, ensure_ascii=False, separators=(",", ":"))
+    if utf8_size(text) is None:
+        text = json.dumps(event, ensure_ascii=True, separators=(",", ":"))
+    return text

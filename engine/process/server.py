@@ -1,8 +1,10 @@
 """The engine process's request loop (docs/protocol.md).
 
-Threads: a reader turns stdin lines into jobs (`cancel` and `shutdown` act at once); one
-compute thread runs jobs in order, so a session's state is only ever touched there; snapshot
-writers and debounce timers run beside it and hand their results back as events or jobs.
+Threads: a reader (reader.py) hands stdin lines to `submit_line`, which validates each in
+full (protocol.py) and turns it into a job; `cancel`, `stats` and `shutdown` act at once, so
+a long prefill never leaves the engine unobservable. One compute thread runs jobs in order, so
+a session's state is only ever changed there; snapshot writers and debounce timers run beside
+it and hand their results back as events or jobs.
 """
 
 from __future__ import annotations
@@ -18,12 +20,19 @@ from ..allocs import rss_mb
 from ..errors import ChannelError
 from ..model.config import RingPolicy
 from ..model.model import Model
-from ..session.runtime import SessionRuntime, boot_fields, ring_summary
-from ..session.session import Session, TurnResult
+from ..session.replay import is_withdrawal
+from ..session.runtime import (
+    SessionRuntime,
+    boot_fields,
+    ring_summary,
+    save_fields,
+    transcript_fields,
+)
+from ..session.session import PendingTurn, Session, TurnResult
 from ..session.watch import StreamWatcher
 from ..snapshot.writer import SaveResult
 from ..state.sampler import SamplingSettings
-from .protocol import PROTOCOL_VERSION, ProtocolError, Request, parse_request
+from .protocol import PROTOCOL_VERSION, Limits, ProtocolError, Request, parse_request
 
 log = logging.getLogger("channel.engine")
 Emit = Callable[[dict], None]
@@ -36,8 +45,9 @@ class BootAbandoned(Exception):
 
 class EngineServer:
     def __init__(self, model: Model, data_dir: Path, emit: Emit, debounce_s: float = 5.0,
-                 policy: RingPolicy | None = None, backend=None):
+                 policy: RingPolicy | None = None, backend=None, limits: Limits | None = None):
         self.model = model
+        self.limits = limits or Limits()
         self.data_dir = Path(data_dir)
         self.emit = emit
         self.debounce_s = debounce_s
@@ -50,9 +60,10 @@ class EngineServer:
         self.watcher = StreamWatcher(self.data_dir, lambda name: self.jobs.put(("poll", name)))
 
     # -- called from other threads --------------------------------------------------------
-    def submit_line(self, line: str) -> None:
+    def submit_line(self, line: bytes | str) -> None:
+        """Validate one request line in full, then act on it or queue it (reader thread)."""
         try:
-            request = parse_request(line)
+            request = parse_request(line, self.limits)
         except ProtocolError as exc:
             self.emit({"type": "error", "req": exc.request_id, "code": "bad_request",
                        "message": str(exc)})
@@ -61,15 +72,24 @@ class EngineServer:
             self._cancel(request)
         elif request.type == "shutdown":
             self.request_shutdown("shutdown requested", request.id)
+        elif request.type == "stats":
+            try:
+                self._on_stats(request)
+            except ValueError as exc:
+                self._error(request, type(exc).__name__, _one_line(exc))
         else:
             self.jobs.put(("request", request))
+
+    def reader_failed(self, exc: BaseException) -> None:
+        """A line the reader could not hand over (a bug): said, and the reader goes on."""
+        self.emit({"type": "error", "code": "internal", "message": _one_line(exc)})
 
     def request_shutdown(self, reason: str, request_id=None) -> None:
         if self.stopping.is_set():
             return
         log.info("shutting down: %s", reason)
         self.stopping.set()
-        for runtime in self.sessions.values():
+        for runtime in list(self.sessions.values()):  # a copy: the compute thread may add one
             runtime.cancel.set()
         self.jobs.put(("shutdown", request_id, reason))
 
@@ -147,7 +167,7 @@ class EngineServer:
         if name in self.sessions:
             runtime = self.sessions[name]
             self.emit({"type": "booted", "req": request.id, "session": name, "kind": "open",
-                       "reason": "already open", "transcript": self._transcript(runtime)})
+                       "reason": "already open", "transcript": transcript_fields(runtime.session)})
             self._emit_ring(runtime, request.id)
             return
         session = Session(self.model, self.data_dir, name, self.policy, self.backend)
@@ -167,38 +187,42 @@ class EngineServer:
         runtime = SessionRuntime(session, stream_offset=session.stream_offset)
         self.sessions[name] = runtime
         self.emit({"type": "booted", "req": request.id, "session": name, **boot_fields(report),
-                   "transcript": self._transcript(runtime)})
+                   "transcript": transcript_fields(runtime.session)})
         self._emit_ring(runtime, request.id)
         self._poll(name)  # anything appended while we booted
-        if session.transcript.pending_user():
-            self._answer(runtime, request.id, lambda **kw: session.answer_pending(**kw))
+        pending = session.begin_pending()
+        if pending is not None and not self.stopping.is_set():
+            self._answer(runtime, request.id, pending)
 
     def _on_turn(self, request: Request) -> None:
         runtime = self._runtime(request)
-        text = request.args["text"]
-        if not text.strip():
-            raise ValueError("empty message")
-        session = runtime.session
-        self._answer(runtime, request.id, lambda **kw: session.turn(text, **kw),
-                     _settings(request.args), request.args.get("max_tokens"))
+        # Everything about the request was checked when it was parsed; the template renders
+        # the message before it is logged, so a failure here leaves no trace in the stream.
+        pending = runtime.session.begin_turn(request.args["text"])
+        self._answer(runtime, request.id, pending, request.settings,
+                     request.args.get("max_tokens"))
 
-    def _answer(self, runtime: SessionRuntime, request_id, run, settings=None,
-                max_tokens=None) -> TurnResult:
+    def _answer(self, runtime: SessionRuntime, request_id, pending: PendingTurn,
+                settings: SamplingSettings | None = None,
+                max_tokens: int | None = None) -> TurnResult:
         runtime.disarm_debounce()
         runtime.cancel.clear()
         if self.stopping.is_set():
             runtime.cancel.set()
         runtime.turn_active = True
         name = runtime.name
-        self.emit({"type": "turn_started", "req": request_id, "session": name})
+        # The message is in the stream (fsynced) by now: turn_started acknowledges it.
+        self.emit({"type": "turn_started", "req": request_id, "session": name,
+                   "user_event_id": pending.event.id})
 
         def on_text(piece: str) -> None:
             self.emit({"type": "token", "req": request_id, "session": name, "text": piece})
 
         try:
-            result = run(settings=settings or SamplingSettings(),
-                         max_tokens=max_tokens or DEFAULT_MAX_TOKENS, on_text=on_text,
-                         should_stop=runtime.cancel.is_set)
+            result = runtime.session.respond(
+                pending, settings or SamplingSettings(),
+                DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens, on_text=on_text,
+                should_stop=runtime.cancel.is_set, shutting_down=self.stopping.is_set)
         finally:
             runtime.turn_active = False
         ring = runtime.session.conversation.ring
@@ -227,27 +251,20 @@ class EngineServer:
         runtime.stream_offset = runtime.session.stream.read().end_offset
         self.emit({"type": "restored", "req": request.id, "session": runtime.name,
                    **boot_fields(report), "total_ms": round((time.perf_counter() - t0) * 1e3, 3),
-                   "transcript": self._transcript(runtime)})
+                   "transcript": transcript_fields(runtime.session)})
         self._emit_ring(runtime, request.id)
 
     def _on_stats(self, request: Request) -> None:
-        names = [request.session] if request.session else sorted(self.sessions)
+        # Runs on the reader thread, beside the compute thread: it only reads, and works on
+        # a copy of the session table, which the compute thread may change meanwhile.
+        open_sessions = dict(self.sessions)
+        names = [request.session] if request.session else sorted(open_sessions)
         sessions = {}
         for name in names:
-            runtime = self.sessions.get(name)
+            runtime = open_sessions.get(name)
             if runtime is None:
                 raise ValueError(f"session {name!r} is not open")
-            snap = runtime.session.snapshots
-            sessions[name] = {
-                "ring": ring_summary(runtime.session), "turn_active": runtime.turn_active,
-                "snapshot": {"path": str(snap.path), "state": runtime.snapshot_state,
-                             "bytes": snap.path.stat().st_size if snap.path.exists() else 0,
-                             "saved_clock": snap.last_clock, "busy": snap.busy,
-                             # 'mapped': written straight from the arena views; 'staging':
-                             # copied out of slow device memory first (a GPU's BAR window)
-                             "io_path": getattr(runtime.session.conversation.forward,
-                                                "snapshot_path", "mapped")},
-            }
+            sessions[name] = runtime.stats()
         engine = {k: v for k, v in self.hello_event().items()
                   if k not in ("type", "req", "sessions")}
         self.emit({"type": "stats", "req": request.id, **engine, "sessions": sessions,
@@ -272,7 +289,7 @@ class EngineServer:
     # -- snapshots and the stream -----------------------------------------------------------
     def _save(self, runtime: SessionRuntime, request_id, wait: bool) -> SaveResult:
         def done(result: SaveResult) -> None:
-            self._snapshot_event(runtime, request_id, _save_fields(result))
+            self._snapshot_event(runtime, request_id, save_fields(result))
 
         if not wait:
             self._snapshot_event(runtime, request_id, {"status": "saving"})
@@ -305,14 +322,21 @@ class EngineServer:
             self.emit({"type": "stream_event", "session": name, "id": event.id,
                        "role": event.role, "content": event.content, "ts": event.ts})
             if event.role == "user" and not self.stopping.is_set():
-                self._answer(runtime, None, lambda ev=event, **kw: session.respond_to(ev, **kw))
+                self._answer(runtime, None, session.begin_external(event))
+            elif is_withdrawal(event):  # another program took a message back out
+                session.rebuild()
+                self._emit_ring(runtime, None)
             else:
                 session.ingest_event(event)
                 self._emit_ring(runtime, None)
 
-    def _flush(self, runtime: SessionRuntime, request_id) -> SaveResult:
+    def _flush(self, runtime: SessionRuntime, request_id) -> None:
         runtime.disarm_debounce()
-        return self._save(runtime, request_id, wait=True)
+        if runtime.session.unusable:  # its state must not replace the snapshot on disk
+            self._snapshot_event(runtime, request_id, {
+                "status": "failed", "error": f"not saved: {runtime.session.unusable}"})
+            return
+        self._save(runtime, request_id, wait=True)
 
     def _shutdown(self, request_id, reason: str) -> None:
         for runtime in list(self.sessions.values()):
@@ -327,24 +351,6 @@ class EngineServer:
     def _emit_ring(self, runtime: SessionRuntime, request_id) -> None:
         self.emit({"type": "ring", "req": request_id, "session": runtime.name,
                    **ring_summary(runtime.session)})
-
-    def _transcript(self, runtime: SessionRuntime) -> list[dict]:
-        return [{"id": e.id, "role": e.role, "content": e.content, "ts": e.ts,
-                 "stop": e.extra.get("stop")}
-                for e in runtime.session.stream.read().events]
-
-
-def _settings(args: dict) -> SamplingSettings:
-    return SamplingSettings(temperature=args.get("temperature", 0.0), top_k=args.get("top_k", 0),
-                            top_p=args.get("top_p", 1.0), seed=args.get("seed"))
-
-
-def _save_fields(result: SaveResult) -> dict:
-    fields = {"status": result.status.name.lower(), "bytes": result.bytes,
-              "ms": round(result.ms, 3), "clock": result.clock}
-    if result.error:
-        fields["error"] = result.error
-    return fields
 
 
 def _one_line(exc: BaseException) -> str:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..snapshot.writer import SaveResult
 from .session import BootReport, Session
 
 HEAT_LEVELS = 10  # salience is drawn in ten steps: '0'..'9'
@@ -40,6 +41,23 @@ class SessionRuntime:
         if self._debounce is not None:
             self._debounce.cancel()
             self._debounce = None
+
+    def stats(self) -> dict:
+        """This session's part of a `stats` event. Read-only: it may run beside a turn."""
+        snap = self.session.snapshots
+        try:
+            size = snap.path.stat().st_size
+        except OSError:
+            size = 0
+        return {
+            "ring": ring_summary(self.session), "turn_active": self.turn_active,
+            "snapshot": {"path": str(snap.path), "state": self.snapshot_state, "bytes": size,
+                         "saved_clock": snap.last_clock, "busy": snap.busy,
+                         # 'mapped': written straight from the arena views; 'staging':
+                         # copied out of slow device memory first (a GPU's BAR window)
+                         "io_path": getattr(self.session.conversation.forward,
+                                            "snapshot_path", "mapped")},
+        }
 
 
 def ring_summary(session: Session) -> dict:
@@ -84,3 +102,18 @@ def boot_fields(report: BootReport) -> dict:
         "phases_ms": {k: round(v, 3) for k, v in report.phases_ms.items()},
         "warnings": report.warnings,
     }
+
+
+def save_fields(result: SaveResult) -> dict:
+    fields = {"status": result.status.name.lower(), "bytes": result.bytes,
+              "ms": round(result.ms, 3), "clock": result.clock}
+    if result.error:
+        fields["error"] = result.error
+    return fields
+
+
+def transcript_fields(session: Session) -> list[dict]:
+    """Every event of the stream, as front ends show them (withdrawn messages included)."""
+    return [{"id": e.id, "role": e.role, "content": e.content, "ts": e.ts,
+             "stop": e.extra.get("stop")}
+            for e in session.stream.read().events]

@@ -1,60 +1,49 @@
 """A named session: its stream log, transcript, conversation state and snapshot, in step.
 
-Boot is warm when `NAME.snapshot.bin` validates: the state is restored and only the stream
-events after the snapshot's anchor are replayed. Otherwise it is cold: the system prompt is
-prefilled as anchors and the whole stream replayed. A refused snapshot is set aside, never
-deleted.
+Boot is warm when `NAME.snapshot.bin` validates and the stream agrees with it, else cold,
+with the reason (boot.py).
+
+A turn logs its message only once everything about it has been checked and its prompt
+rendered. A turn that cannot finish after that (cancelled mid-prefill, or failed) withdraws
+its message and rebuilds the state without it, so the ring never holds half a message.
 """
 
 from __future__ import annotations
 
-import re
+import contextlib
+import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..backends.base import Backend
+from ..errors import StreamError
 from ..model.config import RingPolicy
 from ..model.model import Model
-from ..snapshot.format import SnapshotCorruptError, SnapshotError
-from ..snapshot.restore import restore
-from ..snapshot.writer import SaveResult, Snapshotter
+from ..paths import check_session_name
+from ..snapshot.writer import SaveResult, SnapshotStatus, Snapshotter
 from ..state.conversation import Conversation, StopCheck
 from ..state.sampler import SamplingSettings
-from .stream import StreamEvent, StreamLog
+from . import boot as booting
+from .boot import BootReport, StreamOrderError
+from .replay import WITHDRAWS, ReplayProgress, taken_in, withdrawn_ids
+from .stream import StreamEvent, StreamLog, StreamRead
 from .transcript import Transcript
 
-SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+log = logging.getLogger("channel.engine")
 END_MARKERS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "</s>")
-REPLAY_SLICE = 256  # tokens between replay progress reports (and chances to abandon a boot)
 
 TextCallback = Callable[[str], None]
-ReplayProgress = Callable[[int, int], None]  # (tokens done, tokens total)
 
 
-def check_session_name(name: str) -> str:
-    if not SESSION_NAME.fullmatch(name):
-        raise ValueError(
-            f"invalid session name {name!r}: use 1-64 letters, digits, '.', '_' or '-', "
-            f"starting with a letter or digit"
-        )
-    return name
+@dataclass(frozen=True)
+class PendingTurn:
+    """A user message that is in the stream and its prompt tokens, ready to be answered."""
 
-
-@dataclass
-class BootReport:
-    kind: str  # "cold" or "warm"
-    reason: str
-    restore_ms: float = 0.0
-    replay_ms: float = 0.0
-    replayed_events: int = 0
-    replayed_tokens: int = 0
-    restored_slots: int = 0
-    snapshot_bytes: int = 0
-    phases_ms: dict[str, float] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
+    event: StreamEvent
+    prompt: list[int]
+    awaiting_before: bool = False  # the transcript's state before this message's prompt
 
 
 @dataclass(frozen=True)
@@ -65,7 +54,7 @@ class TurnResult:
     prompt_tokens: int
     prefill_s: float
     decode_s: float
-    event_id: str  # the assistant event written to the stream
+    event_id: str | None  # the assistant event written to the stream, if one was
 
     @property
     def prefill_tok_s(self) -> float:
@@ -88,6 +77,7 @@ class Session:
                                      model.config.vocab_size)
         self.snapshots = Snapshotter(self.conversation, self.data_dir / f"{name}.snapshot.bin")
         self.last_event_id: str | None = None
+        self.unusable: str | None = None  # why the state cannot be trusted (reopen it)
         self.stream_offset = 0  # bytes of the stream that boot consumed
         self.stop_ids = frozenset(
             i for i in [model.tokenizer.eos_id, *map(model.tokenizer.token_to_id, END_MARKERS)]
@@ -98,141 +88,116 @@ class Session:
     def boot(self, cold: bool = False, progress: ReplayProgress | None = None) -> BootReport:
         """Warm boot from the snapshot if it validates, else cold boot from the stream."""
         t0 = time.perf_counter()
+        warnings = [w for w in [self.snapshots.remove_stale_tmp()] if w]
         read = self.stream.read()
         self.stream_offset = read.end_offset
-        events = read.events
-        if not events:
+        if not read.events:
             system = self.model.template.default_system_prompt()
             if system is not None:
-                events = [self.stream.append("system", system)]
+                read = StreamRead([self.stream.append("system", system)], read.warnings,
+                                  read.end_offset)
         read_ms = (time.perf_counter() - t0) * 1e3
-        if cold:
-            reason = "--cold: snapshot ignored"
-        elif not self.snapshots.path.exists():
-            reason = "no snapshot"
-        else:
-            try:
-                report = self._warm(events, progress)
-                report.phases_ms = {"read_stream": read_ms, **report.phases_ms}
-                report.warnings = list(read.warnings)
-                return report
-            except SnapshotError as exc:
-                reason = f"snapshot refused: {exc}; kept as {self._set_aside().name}"
-        report = BootReport(kind="cold", reason=reason, warnings=list(read.warnings))
-        t0 = time.perf_counter()
-        report.replayed_tokens = self._replay(events, progress, first_is_system=True)
-        report.replay_ms = (time.perf_counter() - t0) * 1e3
-        report.replayed_events = len(events)
-        report.phases_ms = {"read_stream": read_ms, "replay": report.replay_ms}
+        report = booting.load(self, read, "--cold: snapshot ignored" if cold else None, progress)
+        report.phases_ms = {"read_stream": read_ms, **report.phases_ms}
+        report.warnings = warnings + list(read.warnings)
         return report
 
     def restore_now(self, progress: ReplayProgress | None = None) -> BootReport:
-        """Reload the last snapshot (waiting for any save in flight), then replay past it."""
+        """Reload the last snapshot (waiting for any save in flight), then replay past it.
+        A snapshot that cannot be used raises SnapshotError and changes nothing."""
         self.snapshots.wait()
-        return self._warm(self.stream.read().events, progress)
+        read = self.stream.read()
+        try:
+            return booting.warm(self, read, progress)
+        except StreamOrderError as exc:
+            return booting.cold(self, read.events, f"warm boot refused: {exc}", progress)
 
-    def _warm(self, events: list[StreamEvent], progress: ReplayProgress | None) -> BootReport:
-        index = {e.id: i for i, e in enumerate(events)}
-        report = restore(self.conversation, self.snapshots.path, known_ids=index.keys())
-        self.snapshots.last_clock = report.clock
-        anchor = index[report.stream_id]
-        self.transcript.reset_to(events[: anchor + 1],
-                                 bool(report.session.get("awaiting_reply", False)))
-        self.last_event_id = report.stream_id
-        later = events[anchor + 1 :]
-        t0 = time.perf_counter()
-        replayed = self._replay(later, progress, first_is_system=False)
-        replay_ms = (time.perf_counter() - t0) * 1e3
-        return BootReport(
-            kind="warm", reason="snapshot valid", restore_ms=report.restore_ms,
-            replay_ms=replay_ms, replayed_events=len(later), replayed_tokens=replayed,
-            restored_slots=report.n_active, snapshot_bytes=report.bytes,
-            phases_ms={"validate": report.validate_ms, "copy": report.copy_ms,
-                       "replay": replay_ms},
-        )
+    def rebuild(self) -> BootReport:
+        """Rebuild the working state from the snapshot and the stream (cold if it must)."""
+        return booting.load(self, self.stream.read(), None, None)
 
-    def _set_aside(self) -> Path:
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        aside = self.snapshots.path.with_name(f"{self.snapshots.path.name}.rejected-{stamp}")
-        self.snapshots.path.rename(aside)
-        return aside
+    # -- turns ------------------------------------------------------------------------------
+    def begin_turn(self, text: str) -> PendingTurn:
+        """Render the user's message, then log it (fsynced): nothing is logged for a
+        message the template cannot take."""
+        if not text.strip():
+            raise ValueError("empty message")
+        self._check_usable()
+        mark = self.transcript.mark()
+        prompt = self.transcript.user_turn(text)
+        try:
+            event = self.stream.append("user", text)
+        except BaseException:
+            self.transcript.rewind(mark)
+            raise
+        return PendingTurn(event, prompt, mark[2])
 
-    def _replay(self, events: list[StreamEvent], progress: ReplayProgress | None,
-                first_is_system: bool) -> int:
-        """Feed events to the ring in bulk: anchors first, then one batched prefill."""
-        ring = self.conversation.ring
-        tokens: list[int] = []
-        turn_offsets: list[int] = []
-        anchors: list[int] = []
-        for i, event in enumerate(events):
-            if i == 0 and first_is_system and event.role == "system":
-                anchors = self.transcript.event_tokens(event, generation_prompt=False)
-                if anchors:
-                    self.conversation.ingest(anchors, anchors=True)
-                continue
-            if event.role == "user":
-                turn_offsets.append(len(tokens))
-            answered = i + 1 < len(events) and events[i + 1].role == "assistant"
-            tokens += self.transcript.event_tokens(event, generation_prompt=answered)
-        clock0 = ring.clock
-        for offset in turn_offsets:
-            ring.mark_turn_start(clock0 + offset)
-        for start in range(0, len(tokens), REPLAY_SLICE):
-            self.conversation.ingest(tokens[start : start + REPLAY_SLICE])
-            if progress is not None:
-                progress(min(start + REPLAY_SLICE, len(tokens)), len(tokens))
-        if events:
-            self.last_event_id = events[-1].id
-        return len(anchors) + len(tokens)
+    def begin_external(self, event: StreamEvent) -> PendingTurn:
+        """A user event another program appended to the stream, to answer as if typed here."""
+        self._check_usable()
+        awaiting = self.transcript.awaiting_reply
+        return PendingTurn(event, self.transcript.event_tokens(event, generation_prompt=True),
+                           awaiting)
 
-    # -- turns and saves ------------------------------------------------------------------
+    def begin_pending(self) -> PendingTurn | None:
+        """The last user message if the transcript ends unanswered (say, after a crash
+        mid-turn, or a message sent while no engine ran); None if there is none."""
+        if not self.transcript.pending_user():
+            return None
+        events = self.stream.read().events
+        user = next(e for e in reversed(taken_in(events, withdrawn_ids(events)))
+                    if e.role == "user")
+        return PendingTurn(user, self.transcript.generation_prompt(), False)
+
     def turn(self, text: str, settings: SamplingSettings, max_tokens: int,
              on_text: TextCallback | None = None,
              should_stop: StopCheck | None = None) -> TurnResult:
         """Log the user's message (fsynced first), answer it, log the answer."""
-        if not text.strip():
-            raise ValueError("empty message")
-        self.last_event_id = self.stream.append("user", text).id
+        return self.respond(self.begin_turn(text), settings, max_tokens, on_text, should_stop)
+
+    def respond(self, turn: PendingTurn, settings: SamplingSettings, max_tokens: int,
+                on_text: TextCallback | None = None, should_stop: StopCheck | None = None,
+                shutting_down: StopCheck | None = None) -> TurnResult:
+        """Prefill a logged message and decode the reply; log the reply.
+
+        A prompt longer than one prefill chunk can be stopped between chunks. It is preceded
+        by a checkpoint, so that taking a cancelled message back out of the ring is a
+        restore, not a replay. A stop while `shutting_down()` keeps the message instead, for
+        the next open to answer, as after a crash: the checkpoint on disk is the state before
+        it, and this half-fed state is never saved.
+        """
+        long = len(turn.prompt) > self.conversation.policy.prefill_chunk
+        if long:
+            self._checkpoint(turn.awaiting_before)
+        self.last_event_id = turn.event.id
         self.conversation.ring.mark_turn_start()
-        return self._respond(self.transcript.user_turn(text), settings, max_tokens, on_text,
-                             should_stop)
-
-    def respond_to(self, event: StreamEvent, settings: SamplingSettings, max_tokens: int,
-                   on_text: TextCallback | None = None,
-                   should_stop: StopCheck | None = None) -> TurnResult:
-        """Answer a user event another program appended to the stream, as if typed here."""
-        self.last_event_id = event.id
-        self.conversation.ring.mark_turn_start()
-        prompt = self.transcript.event_tokens(event, generation_prompt=True)
-        return self._respond(prompt, settings, max_tokens, on_text, should_stop)
-
-    def answer_pending(self, settings: SamplingSettings, max_tokens: int,
-                       on_text: TextCallback | None = None,
-                       should_stop: StopCheck | None = None) -> TurnResult | None:
-        """Answer the last user message if the transcript ends unanswered (say, after a
-        crash mid-turn, or a message sent while no engine ran); None if there is none."""
-        if not self.transcript.pending_user():
-            return None
-        self.conversation.ring.mark_turn_start()
-        prompt = self.transcript.generation_prompt()
-        return self._respond(prompt, settings, max_tokens, on_text, should_stop)
-
-    def ingest_event(self, event: StreamEvent) -> int:
-        """Feed a non-user event another program appended (no reply); tokens fed."""
-        tokens = self.transcript.event_tokens(event, generation_prompt=False)
-        if tokens:
-            self.conversation.ingest(tokens)
-        self.last_event_id = event.id
-        return len(tokens)
-
-    def _respond(self, prompt: list[int], settings: SamplingSettings, max_tokens: int,
-                 on_text: TextCallback | None, should_stop: StopCheck | None) -> TurnResult:
-        # The prompt is ingested whole even if a stop is requested meanwhile: a prompt cut
-        # short would leave the ring out of step with the transcript. Decoding then stops
-        # before the first token, and the turn closes as 'cancelled'.
         t0 = time.perf_counter()
-        self.conversation.ingest(prompt)
+        with self._withdrawn_on_failure(turn):
+            logits = self.conversation.ingest(turn.prompt,
+                                              should_stop=should_stop if long else None)
         prefill_s = time.perf_counter() - t0
+        if logits is None and shutting_down is not None and shutting_down():
+            self.unusable = "a shutdown stopped its prefill (the next open answers the message)"
+            return TurnResult("", [], "cancelled", 0, prefill_s, 0.0, None)
+        if logits is None:
+            mark = self._withdraw(turn, "cancelled")
+            return TurnResult("", [], "cancelled", 0, prefill_s, 0.0, mark.id)
+        with self._withdrawn_on_failure(turn):
+            return self._decode(turn, settings, max_tokens, on_text, should_stop, prefill_s)
+
+    @contextlib.contextmanager
+    def _withdrawn_on_failure(self, turn: PendingTurn) -> Iterator[None]:
+        try:
+            yield
+        except Exception:
+            log.exception("%s: the turn failed after its message was logged", self.name)
+            with contextlib.suppress(Exception):  # the original error is the one to report
+                self._withdraw(turn, "error")
+            raise
+
+    def _decode(self, turn: PendingTurn, settings: SamplingSettings, max_tokens: int,
+                on_text: TextCallback | None, should_stop: StopCheck | None,
+                prefill_s: float) -> TurnResult:
         decoder = self.model.tokenizer.stream_decoder()
 
         def emit(token: int) -> None:
@@ -248,13 +213,57 @@ class Session:
             temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
         )
         self.last_event_id = event.id
-        return TurnResult(reply, gen.ids, gen.stop, len(prompt), prefill_s, gen.decode_s,
+        return TurnResult(reply, gen.ids, gen.stop, len(turn.prompt), prefill_s, gen.decode_s,
                           event.id)
 
+    def _withdraw(self, turn: PendingTurn, stop: str) -> StreamEvent:
+        """Take a message the ring holds only part of back out: log that it is withdrawn
+        (the stream keeps it), then rebuild the state without it."""
+        try:
+            mark = self.stream.append("assistant", "", tokens=[], model=self.model.fingerprint,
+                                      stop=stop, **{WITHDRAWS: turn.event.id})
+        finally:  # even unlogged, the half-ingested prompt must go: rebuild from the stream
+            try:
+                self.rebuild()
+            except Exception as exc:
+                # Never save or extend a ring that holds half a message.
+                self.unusable = f"its state could not be rebuilt ({exc})"
+                raise
+        return mark
+
+    def ingest_event(self, event: StreamEvent) -> int:
+        """Feed a non-user event another program appended (no reply); tokens fed."""
+        tokens = self.transcript.event_tokens(event, generation_prompt=False)
+        if tokens:
+            self.conversation.ingest(tokens)
+        self.last_event_id = event.id
+        return len(tokens)
+
+    # -- saves ------------------------------------------------------------------------------
     def save(self, wait: bool = True,
              on_done: Callable[[SaveResult], None] | None = None) -> SaveResult:
         """Checkpoint the working state, anchored at the last stream event it includes."""
+        return self._save(self.transcript.awaiting_reply, wait, on_done)
+
+    def _save(self, awaiting_reply: bool, wait: bool,
+              on_done: Callable[[SaveResult], None] | None) -> SaveResult:
+        self._check_usable()
         if self.last_event_id is None:
-            raise SnapshotCorruptError("nothing to save: the session has no stream events")
-        info = {"awaiting_reply": self.transcript.awaiting_reply, "session": self.name}
+            raise StreamError("nothing to save: the session has no stream events")
+        info = {"awaiting_reply": awaiting_reply, "session": self.name}
         return self.snapshots.save(self.last_event_id, info, wait=wait, on_done=on_done)
+
+    def _check_usable(self) -> None:
+        if self.unusable:
+            raise StreamError(f"session {self.name!r} must be reopened: {self.unusable}")
+
+    def _checkpoint(self, awaiting_reply: bool) -> None:
+        """Save the state as it is before a long prompt (the transcript has moved on to the
+        prompt already: `awaiting_reply` is what the ring holds)."""
+        self.snapshots.wait()
+        if self.last_event_id is None:
+            return
+        result = self._save(awaiting_reply, True, None)
+        if result.status is SnapshotStatus.FAILED:
+            log.warning("%s: no checkpoint before a long prompt (%s); a cancel will replay",
+                        self.name, result.error)

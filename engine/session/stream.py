@@ -4,11 +4,17 @@ The stream is the transcript and the source of truth; snapshots are only a cache
 it implies. A user event is appended and fsynced before the engine acts on it, so a crash
 never loses what the person typed. Reading is forgiving: a torn last line (a crash mid-write)
 and any line that is not a valid event are reported with their line number and skipped, but
-never deleted or rewritten.
+never deleted or rewritten. `decode_line` is the one way a line becomes an event, for the
+engine's own lines and for lines other programs append alike.
+
+Ids are ULIDs, increasing in file order. A line whose id repeats or does not follow every id
+before it is reported (and kept, in file order): a warm boot refuses to trust an anchor such
+a line could make ambiguous (session.py).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from dataclasses import dataclass, field
@@ -18,10 +24,16 @@ from pathlib import Path
 from ulid import ULID
 
 from ..errors import StreamError
-from ..paths import ensure_private_dir
+from ..fileio import open_regular
+from ..text import decode_utf8, lone_surrogate_in, parse_json, utf8_size
 
 ROLES = ("system", "user", "assistant")
 REQUIRED = ("id", "role", "content", "ts")
+# Far above any line the engine writes (a message is at most 1 MiB, 6 MiB JSON-escaped): a
+# longer line is some other program's, and is skipped rather than held and tokenized.
+MAX_LINE_BYTES = 8 << 20
+ORDER_MEMORY = 8  # read ends whose id state is kept, so watchers resume checks from them
+TAIL_BYTES = 1 << 16  # read from the end to find the last line's id before an append
 
 
 @dataclass(frozen=True)
@@ -48,23 +60,42 @@ class StreamRead:
     events: list[StreamEvent]
     warnings: list[str]  # one line each, with the line number
     end_offset: int  # bytes consumed; a watcher resumes from here
+    # events[i] whose id repeats or is not after every earlier id -> why, with line numbers
+    disorder: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _IdOrder:
+    """The ids of every line before some offset: what the next line's id must follow."""
+
+    lines: int = 0  # complete lines before the offset
+    first_line: dict[str, int] = field(default_factory=dict)  # id -> line it first appeared on
+    top: int = -1  # the largest id so far, as an integer
+    top_line: int = 0
+
+
+def decode_line(raw: bytes) -> StreamEvent:
+    """Turn one stream line into an event; raise ValueError naming what is wrong with it."""
+    if len(raw) > MAX_LINE_BYTES:
+        raise ValueError(f"longer than {MAX_LINE_BYTES} bytes")
+    return parse_event(decode_utf8(raw))
 
 
 def parse_event(line: str) -> StreamEvent:
-    """Parse one stream line; raise ValueError naming what is wrong with it."""
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not valid JSON ({exc.msg})") from None
+    """Parse one stream line's text; raise ValueError naming what is wrong with it."""
+    record = parse_json(line)
     if not isinstance(record, dict):
         raise ValueError("not a JSON object")
     missing = [k for k in REQUIRED if k not in record]
     if missing:
         raise ValueError(f"missing field {', '.join(missing)}")
-    if record["role"] not in ROLES:
-        raise ValueError(f"unknown role {record['role']!r}")
     if not all(isinstance(record[k], str) for k in REQUIRED):
         raise ValueError("id, role, content and ts must be strings")
+    for key, value in record.items():
+        if lone_surrogate_in(key) or lone_surrogate_in(value):
+            raise ValueError(f"field {key!r} holds a lone surrogate (not valid Unicode)")
+    if record["role"] not in ROLES:
+        raise ValueError(f"unknown role {record['role']!r}")
     try:
         ULID.from_str(record["id"])
     except ValueError:
@@ -79,83 +110,143 @@ class StreamLog:
         # Ids this process appended and has not yet seen come back through a watcher; a
         # watcher skips them, so the engine never takes its own appends for new input.
         self.own_ids: set[str] = set()
+        self._orders: dict[int, _IdOrder] = {0: _IdOrder()}  # read end offset -> its ids
 
     def read(self, start: int = 0) -> StreamRead:
-        """Every valid event from byte `start` on, plus a warning for each skipped line."""
+        """Every valid event from byte `start` on, plus a warning for each skipped line and
+        each id out of order. `start` is 0 or the end offset of an earlier read."""
         try:
-            with open(self.path, "rb") as f:
-                f.seek(start)
-                data = f.read()
+            fd = open_regular(self.path, os.O_RDONLY)
         except FileNotFoundError:
             return StreamRead([], [], start)
-        except OSError as exc:
-            raise StreamError(f"cannot read {self.path}: {exc.strerror}") from None
-        events, warnings = [], []
+        with os.fdopen(fd, "rb") as f:
+            try:
+                f.seek(start)
+                data = f.read()
+            except OSError as exc:
+                raise StreamError(f"cannot read {self.path}: {exc.strerror}") from None
+        # Checked from this read's start on; a start no read ended at restarts the checks.
+        order = self._orders.get(start) or _IdOrder(self._line_number(start))
+        ids, top, top_line = dict(order.first_line), order.top, order.top_line
+        events, warnings, disorder = [], [], {}
         lines = data.split(b"\n")
         torn = lines.pop()  # after the last newline: empty unless the last write was cut short
-        first_line = self._line_number(start) + 1
         for i, raw in enumerate(lines):
+            number = order.lines + i + 1
             if not raw.strip():
                 continue
             try:
-                event = parse_event(raw.decode("utf-8"))
-            except (ValueError, UnicodeDecodeError) as exc:
-                warnings.append(f"{self.path.name} line {first_line + i}: skipped, {exc}")
+                event = decode_line(raw)
+            except ValueError as exc:
+                warnings.append(f"{self.path.name} line {number}: skipped, {exc}")
                 continue
+            value = int(ULID.from_str(event.id))
+            if event.id in ids:
+                disorder[len(events)] = (f"line {number}: duplicate id {event.id} (first on "
+                                         f"line {ids[event.id]})")
+            elif value <= top:
+                disorder[len(events)] = (f"line {number}: id {event.id} out of order (not "
+                                         f"after line {top_line}'s)")
+            if len(events) in disorder:
+                warnings.append(f"{self.path.name} {disorder[len(events)]}")
+            ids.setdefault(event.id, number)
+            if value > top:
+                top, top_line = value, number
             events.append(event)
         end = start + len(data) - len(torn)
         if torn.strip():
             warnings.append(
-                f"{self.path.name} line {first_line + len(lines)}: torn last line skipped "
+                f"{self.path.name} line {order.lines + len(lines) + 1}: torn last line skipped "
                 f"({len(torn)} bytes)"
             )
-        if events:
-            self._observe(events[-1].id)
-        return StreamRead(events, warnings, end)
+        self._remember(end, _IdOrder(order.lines + len(lines), ids, top, top_line))
+        return StreamRead(events, warnings, end, disorder)
 
     def append(self, role: str, content: str, **extra) -> StreamEvent:
-        """Append one event and fsync it before returning: the write-ahead guarantee."""
+        """Append one event and fsync it before returning: the write-ahead guarantee.
+
+        An event the reader would refuse (a lone surrogate, an oversized line) is refused
+        here instead, so the stream never holds a line of ours that a boot would skip.
+        Appenders that use this (the engine, `channel send`) take an exclusive lock and give
+        the new event an id after the file's last one, so their ids stay in file order even
+        when they append in the same millisecond.
+        """
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}")
-        event = StreamEvent(self._next_id(), role, content, _now(), extra)
-        line = (event.to_json() + "\n").encode("utf-8")
-        ensure_private_dir(self.path.parent)
+        ts = _now()
+        size = utf8_size(StreamEvent(str(ULID()), role, content, ts, extra).to_json() + "\n")
+        if size is None:
+            raise StreamError(f"cannot append to {self.path.name}: the event holds a lone "
+                              f"surrogate (not valid Unicode)")
+        if size > MAX_LINE_BYTES:
+            raise StreamError(f"cannot append to {self.path.name}: a {size}-byte line is "
+                              f"over the stream's limit of {MAX_LINE_BYTES}")
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
-            try:
-                if self._ends_torn(fd):
-                    line = b"\n" + line  # never glue a new event onto a torn fragment
-                os.write(fd, line)
-                os.fsync(fd)
-                self.own_ids.add(event.id)
-            finally:
-                os.close(fd)
+            fd = open_regular(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        except FileNotFoundError as exc:
+            raise StreamError(f"cannot append to {self.path}: {exc.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd is closed
+            torn, last_id = _tail(fd)
+            event = StreamEvent(self._next_id(last_id), role, content, ts, extra)
+            line = (event.to_json() + "\n").encode("utf-8")
+            if torn:
+                line = b"\n" + line  # never glue a new event onto a torn fragment
+            written = 0
+            while written < len(line):  # a large line may take more than one write
+                written += os.write(fd, line[written:])
+            os.fsync(fd)
+            self.own_ids.add(event.id)
         except OSError as exc:
             raise StreamError(f"cannot append to {self.path}: {exc.strerror}") from None
+        finally:
+            os.close(fd)
         return event
 
-    def _next_id(self) -> str:
+    def _remember(self, end: int, order: _IdOrder) -> None:
+        self._orders.pop(end, None)  # re-inserted as the newest
+        self._orders[end] = order
+        while len(self._orders) > ORDER_MEMORY:
+            del self._orders[next(k for k in self._orders if k)]  # oldest first; keep 0
+        if order.top >= 0 and (self._last_id is None or order.top > int(self._last_id)):
+            self._last_id = ULID.from_int(order.top)
+
+    def _next_id(self, after: ULID | None) -> str:
         new = ULID()
-        if self._last_id is not None and int(new) <= int(self._last_id):
-            new = ULID.from_int(int(self._last_id) + 1)  # same millisecond: stay monotonic
+        floor = max((int(i) for i in (after, self._last_id) if i is not None), default=-1)
+        if int(new) <= floor:
+            new = ULID.from_int(floor + 1)  # same millisecond: stay monotonic
         self._last_id = new
         return str(new)
-
-    def _observe(self, event_id: str) -> None:
-        seen = ULID.from_str(event_id)
-        if self._last_id is None or int(seen) > int(self._last_id):
-            self._last_id = seen
-
-    @staticmethod
-    def _ends_torn(fd: int) -> bool:
-        size = os.fstat(fd).st_size
-        return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
 
     def _line_number(self, offset: int) -> int:
         if offset == 0:
             return 0
-        with open(self.path, "rb") as f:
+        with os.fdopen(open_regular(self.path, os.O_RDONLY), "rb") as f:
             return f.read(offset).count(b"\n")
+
+
+def _tail(fd: int) -> tuple[bool, ULID | None]:
+    """Whether the file ends in a torn line, and the id of its last complete line (None if
+    it has none, or one that does not decode)."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return False, None
+    for span in (TAIL_BYTES, MAX_LINE_BYTES + 1):  # most last lines fit the first look
+        start = max(0, size - span)
+        data = os.pread(fd, size - start, start)
+        end = data.rfind(b"\n")
+        begin = data.rfind(b"\n", 0, max(end, 0)) + 1
+        if begin > 0 or start == 0:
+            break
+    torn = not data.endswith(b"\n")
+    if end < 0:
+        return torn, None
+    try:
+        return torn, ULID.from_str(decode_line(data[begin:end]).id)
+    except ValueError:
+        return torn, None
 
 
 def _now() -> str:

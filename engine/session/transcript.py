@@ -41,6 +41,18 @@ class Transcript:
         self.rendered = ""
         self.awaiting_reply = False  # the ring ends with the assistant generation prompt
 
+    def clear(self) -> None:
+        """Forget every message, as a new transcript (a cold rebuild starts from here)."""
+        self.messages, self.rendered, self.awaiting_reply = [], "", False
+
+    def mark(self) -> tuple[int, str, bool]:
+        """A point to rewind to if what follows fails."""
+        return len(self.messages), self.rendered, self.awaiting_reply
+
+    def rewind(self, mark: tuple[int, str, bool]) -> None:
+        count, self.rendered, self.awaiting_reply = mark
+        del self.messages[count:]
+
     def reset_to(self, events: list[StreamEvent], awaiting_reply: bool) -> None:
         """Adopt `events` as already in the ring (a restored snapshot holds their tokens)."""
         self.messages = [{"role": e.role, "content": e.content} for e in events]
@@ -48,9 +60,15 @@ class Transcript:
         self.awaiting_reply = awaiting_reply
 
     def user_turn(self, text: str) -> list[int]:
-        """Tokens for a new user message plus the assistant generation prompt."""
+        """Tokens for a new user message plus the assistant generation prompt. If the
+        template fails, the transcript is left as it was."""
+        mark = self.mark()
         self.messages.append({"role": "user", "content": text})
-        return encode_with_content(self.tokenizer, self._advance(True), text)
+        try:
+            return encode_with_content(self.tokenizer, self._advance(True), text)
+        except BaseException:
+            self.rewind(mark)
+            raise
 
     def event_tokens(self, event: StreamEvent, generation_prompt: bool) -> list[int]:
         """Tokens that extend the ring by one stream event."""
@@ -62,11 +80,16 @@ class Transcript:
             and isinstance(ids, list)
             and all(isinstance(t, int) and 0 <= t < self.vocab_size for t in ids)
         )
-        if exact:
-            return list(ids) + self.close_assistant(event.content)
-        self.messages.append({"role": event.role, "content": event.content})
-        return encode_with_content(self.tokenizer, self._advance(generation_prompt),
-                                   event.content)
+        mark = self.mark()
+        try:
+            if exact:
+                return list(ids) + self.close_assistant(event.content)
+            self.messages.append({"role": event.role, "content": event.content})
+            return encode_with_content(self.tokenizer, self._advance(generation_prompt),
+                                       event.content)
+        except BaseException:
+            self.rewind(mark)
+            raise
 
     def pending_user(self) -> bool:
         """The transcript ends with a user message that nothing has answered yet."""

@@ -19,6 +19,8 @@ import numpy as np
 import xxhash
 from ulid import ULID
 
+from ..errors import UnusableFileError
+from ..fileio import describe_os_error, open_regular
 from ..state.arena import (
     CLOCK,
     MAX_TURN_BOUNDARIES,
@@ -35,6 +37,7 @@ from .format import (
     Sections,
     SnapshotChecksumError,
     SnapshotCorruptError,
+    SnapshotError,
     SnapshotIdentityError,
     SnapshotTruncatedError,
     array_at,
@@ -44,6 +47,10 @@ from .format import (
     unpack_sections,
     unpack_trailer,
 )
+
+
+class SnapshotUnreadableError(SnapshotError):
+    """The snapshot path is not a readable regular file (a directory, a link, a FIFO...)."""
 
 
 @dataclass
@@ -93,13 +100,21 @@ class RestoreReport:
 
 def read_snapshot(path: Path) -> ParsedSnapshot:
     """Map and validate the file's own structure and checksum (no identity check yet)."""
-    fd = os.open(path, os.O_RDONLY)
+    try:  # a directory, link, FIFO or unreadable file at the path is refused like bad bytes
+        fd = open_regular(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise SnapshotUnreadableError(f"{path.name} does not exist") from None
+    except UnusableFileError as exc:
+        raise SnapshotUnreadableError(str(exc)) from None
     try:
         size = os.fstat(fd).st_size
         if size == 0:
             raise SnapshotTruncatedError("truncated at byte 0 (empty file)")
         flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
         mapping = mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ)
+    except OSError as exc:
+        raise SnapshotUnreadableError(f"{path.name} cannot be read: "
+                                      f"{describe_os_error(exc)}") from None
     finally:
         os.close(fd)
     try:

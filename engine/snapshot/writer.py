@@ -11,7 +11,6 @@ slots past the cut.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import threading
 import time
@@ -23,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
+from ..errors import UnusableFileError
+from ..fileio import create_exclusive, describe_os_error
 from ..state.conversation import Conversation
 from .format import (
     SNAPSHOT_VERSION,
@@ -105,6 +106,11 @@ def take_cut(conv: Conversation, stream_id: str, session: dict | None = None) ->
                v.sampler_state.copy(), v.ring_counters.copy(), k_cache, v_cache)
 
 
+def tmp_path_for(path: Path) -> Path:
+    """Where a snapshot is written before it is renamed over `path`."""
+    return path.with_name(path.name + ".tmp")
+
+
 class SnapshotWriterStateError(RuntimeError):
     pass
 
@@ -119,13 +125,13 @@ class SnapshotWriter:
 
     def __init__(self, path: Path, progress: Progress | None = None):
         self.path = Path(path)
-        self.tmp = self.path.with_name(self.path.name + ".tmp")
+        self.tmp = tmp_path_for(self.path)
         self._progress = progress
         self._hash = xxhash.xxh3_128()
         self._written = 0
         self._total = 0
         self._state = "open"
-        fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = create_exclusive(self.tmp)  # never through a link planted at the .tmp name
         self._file = os.fdopen(fd, "wb", buffering=WRITE_CHUNK)
 
     def _advance(self, expected: str, to: str, call: str) -> None:
@@ -229,14 +235,6 @@ def write_cut(cut: Cut, path: Path, progress: Progress | None = None) -> int:
         raise
 
 
-def describe_os_error(exc: OSError) -> str:
-    if exc.errno == errno.ENOSPC:
-        return "no space left on device"
-    if exc.errno == errno.EDQUOT:
-        return "disk quota exceeded"
-    return exc.strerror or str(exc)
-
-
 @dataclass
 class Snapshotter:
     """Owns one conversation's snapshot file and saves to it (sync or async); restore.py
@@ -252,6 +250,22 @@ class Snapshotter:
     @property
     def busy(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    def remove_stale_tmp(self) -> str | None:
+        """Delete the temporary file an interrupted save left (as large as a snapshot, and
+        otherwise kept until the next save); say what was done, or None if nothing was."""
+        tmp = tmp_path_for(self.path)
+        if self.busy:
+            return None
+        try:
+            size = tmp.lstat().st_size
+            tmp.unlink()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return f"{tmp.name}, left by an interrupted save, cannot be removed: " \
+                   f"{describe_os_error(exc)}"
+        return f"removed {tmp.name} ({size} bytes), left by an interrupted save"
 
     def wait(self) -> SaveResult | None:
         """Block until an in-flight save ends; its result (None if there was none)."""
@@ -295,6 +309,8 @@ class Snapshotter:
         except OSError as exc:
             result = SaveResult(SnapshotStatus.FAILED, self.path, cut.clock,
                                 error=describe_os_error(exc))
+        except UnusableFileError as exc:
+            result = SaveResult(SnapshotStatus.FAILED, self.path, cut.clock, error=str(exc))
         except Exception as exc:  # a bug must still thaw the ring and reach the caller
             result = SaveResult(SnapshotStatus.FAILED, self.path, cut.clock,
                                 error=f"{type(exc).__name__}: {exc}")

@@ -8,29 +8,14 @@ Python object.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from .arena import ArenaViews
+from .sampling import SamplingSettings
+
+__all__ = ["Sampler", "SamplingSettings"]
 
 MASK64 = (1 << 64) - 1
-
-
-@dataclass(frozen=True)
-class SamplingSettings:
-    temperature: float = 0.0  # 0 means greedy
-    top_k: int = 0  # 0 disables
-    top_p: float = 1.0  # 1 disables
-    seed: int | None = None  # reseed the generator for this turn
-
-    def __post_init__(self) -> None:
-        if not (self.temperature >= 0.0 and np.isfinite(self.temperature)):
-            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
 
 
 class Sampler:

@@ -1,0 +1,130 @@
+"""Building a session's working state from its snapshot and stream: warm, else cold.
+
+Warm: the snapshot validates and the stream agrees with it, so the state is restored and only
+the events after the snapshot's anchor are replayed. Cold: the system prompt is prefilled as
+anchors and the stream replayed (at most a ring's worth, replay.py). Every unusable snapshot
+(bad bytes, a directory, a link, a FIFO) is set aside, never deleted; a stream whose ids make
+the anchor ambiguous refuses the warm boot. Either way the report says why it went cold.
+
+These functions work on a Session's parts (session.py), fresh or already in use.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from ..snapshot.format import SnapshotError
+from ..snapshot.restore import restore
+from .replay import WITHDRAWS, ReplayProgress, replay, taken_in, withdrawn_ids
+from .stream import StreamEvent, StreamRead
+
+if TYPE_CHECKING:
+    from .session import Session
+
+
+class StreamOrderError(ValueError):
+    """The stream's ids make the snapshot's anchor ambiguous: a warm boot could diverge."""
+
+
+@dataclass
+class BootReport:
+    kind: str  # "cold" or "warm"
+    reason: str
+    restore_ms: float = 0.0
+    replay_ms: float = 0.0
+    replayed_events: int = 0
+    replayed_tokens: int = 0
+    restored_slots: int = 0
+    snapshot_bytes: int = 0
+    phases_ms: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def load(session: Session, read: StreamRead, cold_reason: str | None,
+         progress: ReplayProgress | None) -> BootReport:
+    """Warm from the snapshot if it can be used, else cold (with `cold_reason` if given)."""
+    reason = cold_reason
+    if reason is None and not os.path.lexists(session.snapshots.path):
+        reason = "no snapshot"
+    if reason is None:
+        try:
+            return warm(session, read, progress)
+        except SnapshotError as exc:
+            reason = f"snapshot refused: {exc}; {_set_aside(session)}"
+        except StreamOrderError as exc:
+            reason = f"warm boot refused: {exc}"
+    return cold(session, read.events, reason, progress)
+
+
+def cold(session: Session, events: list[StreamEvent], reason: str,
+         progress: ReplayProgress | None) -> BootReport:
+    conv = session.conversation
+    if conv.ring.total_ingested:  # not a fresh conversation: start over
+        conv.reset()
+    session.transcript.clear()
+    session.snapshots.last_clock = None
+    kept = taken_in(events, withdrawn_ids(events))
+    t0 = time.perf_counter()
+    replayed = replay(conv, session.transcript, kept, progress, first_is_system=True)
+    replay_ms = (time.perf_counter() - t0) * 1e3
+    session.last_event_id = events[-1].id if events else None
+    session.unusable = None
+    return BootReport(kind="cold", reason=reason, replay_ms=replay_ms,
+                      replayed_events=len(kept), replayed_tokens=replayed,
+                      phases_ms={"replay": replay_ms})
+
+
+def warm(session: Session, read: StreamRead, progress: ReplayProgress | None) -> BootReport:
+    """Restore the snapshot, then replay the events after its anchor. SnapshotError leaves
+    the state untouched; StreamOrderError comes after the restore (rebuild cold then)."""
+    events = read.events
+    first: dict[str, int] = {}
+    for i, event in enumerate(events):
+        first.setdefault(event.id, i)
+    report = restore(session.conversation, session.snapshots.path, known_ids=first.keys())
+    anchor = first[report.stream_id]
+    _check_agrees(read, anchor)
+    withdrawn = withdrawn_ids(events)
+    session.snapshots.last_clock = report.clock
+    session.transcript.reset_to(taken_in(events[: anchor + 1], withdrawn),
+                                bool(report.session.get("awaiting_reply", False)))
+    later = taken_in(events[anchor + 1 :], withdrawn)
+    t0 = time.perf_counter()
+    replayed = replay(session.conversation, session.transcript, later, progress,
+                      first_is_system=False)
+    replay_ms = (time.perf_counter() - t0) * 1e3
+    session.last_event_id = events[-1].id  # withdrawn or not: the last event it includes
+    session.unusable = None
+    return BootReport(
+        kind="warm", reason="snapshot valid", restore_ms=report.restore_ms,
+        replay_ms=replay_ms, replayed_events=len(later), replayed_tokens=replayed,
+        restored_slots=report.n_active, snapshot_bytes=report.bytes,
+        phases_ms={"validate": report.validate_ms, "copy": report.copy_ms, "replay": replay_ms},
+    )
+
+
+def _set_aside(session: Session) -> str:
+    path = session.snapshots.path
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    aside = path.with_name(f"{path.name}.rejected-{stamp}")
+    try:
+        path.rename(aside)
+    except OSError as exc:
+        return f"could not be set aside ({exc.strerror})"
+    return f"kept as {aside.name}"
+
+
+def _check_agrees(read: StreamRead, anchor: int) -> None:
+    """Refuse a warm boot whose anchor (events[anchor]) the stream makes ambiguous: an id
+    after it that repeats or goes back, or a later line withdrawing a message before it."""
+    late = [why for i, why in sorted(read.disorder.items()) if i > anchor]
+    if late:
+        raise StreamOrderError(f"{late[0]}, after the snapshot's anchor")
+    before = {e.id for e in read.events[: anchor + 1]}
+    for event in read.events[anchor + 1 :]:
+        if event.extra.get(WITHDRAWS) in before:
+            raise StreamOrderError(f"event {event.id} withdraws a message the snapshot holds")

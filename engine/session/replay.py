@@ -1,0 +1,100 @@
+"""Which stream events belong in the ring, and the tokens a replay feeds it.
+
+A message can be *withdrawn*: a turn cancelled during its prefill (or one that failed after
+its message was logged) never finished entering the ring, so the engine appends an assistant
+event with `withdraws: <the message's id>` and rebuilds the state without that message. The
+stream keeps both lines (it is never rewritten, and a transcript still shows them), but the
+ring, a replay and the chat template see neither.
+
+A replay feeds at most a ring's worth of tokens: older ones would only be evicted again, and a
+huge message (one a crash interrupted mid-prefill, say) would otherwise cost its whole prefill
+at every boot.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..state.conversation import Conversation
+from .stream import StreamEvent
+from .transcript import Transcript
+
+log = logging.getLogger("channel.engine")
+WITHDRAWS = "withdraws"
+ReplayProgress = Callable[[int, int], None]  # (tokens done, tokens total)
+
+
+def is_withdrawal(event: StreamEvent) -> bool:
+    return event.role == "assistant" and isinstance(event.extra.get(WITHDRAWS), str)
+
+
+def withdrawn_ids(events: Sequence[StreamEvent]) -> set[str]:
+    return {e.extra[WITHDRAWS] for e in events if is_withdrawal(e)}
+
+
+def taken_in(events: Sequence[StreamEvent], withdrawn: set[str]) -> list[StreamEvent]:
+    """The events whose tokens belong in the ring: all but withdrawn messages and the
+    events that withdraw them."""
+    return [e for e in events if e.id not in withdrawn and not is_withdrawal(e)]
+
+
+@dataclass
+class ReplayPlan:
+    anchors: list[int]  # the system prompt's tokens, pinned in the ring
+    tokens: list[int]  # the rest, already cut to what the ring holds
+    turn_starts: list[int]  # offsets into `tokens` where a user turn begins
+    skipped: int  # tokens left out at the front because the ring cannot hold them
+
+
+def plan_replay(transcript: Transcript, events: Sequence[StreamEvent], first_is_system: bool,
+                anchored: int, capacity: int) -> ReplayPlan:
+    """Advance `transcript` over `events` and collect the tokens they put in the ring.
+
+    `anchored` is how many anchors the ring already holds and `capacity` its slots: of the
+    non-anchor tokens only the last `capacity - anchors` are kept.
+    """
+    anchors: list[int] = []
+    tokens: list[int] = []
+    starts: list[int] = []
+    for i, event in enumerate(events):
+        if i == 0 and first_is_system and event.role == "system":
+            anchors = transcript.event_tokens(event, generation_prompt=False)
+            continue
+        if event.role == "user":
+            starts.append(len(tokens))
+        answered = i + 1 < len(events) and events[i + 1].role == "assistant"
+        tokens += transcript.event_tokens(event, generation_prompt=answered)
+    room = max(0, capacity - anchored - len(anchors))
+    skipped = max(0, len(tokens) - room)
+    # A turn that began in the cut-off part is still a turn: it starts at the first kept token.
+    kept_starts = sorted({max(0, s - skipped) for s in starts})
+    if skipped and not tokens[skipped:]:
+        kept_starts = []
+    return ReplayPlan(anchors, tokens[skipped:], kept_starts, skipped)
+
+
+def replay(conv: Conversation, transcript: Transcript, events: Sequence[StreamEvent],
+           progress: ReplayProgress | None, first_is_system: bool) -> int:
+    """Feed events to the ring in bulk: anchors first, then batched prefills. Returns the
+    tokens fed. `progress` may raise to abandon the replay between slices."""
+    ring = conv.ring
+    plan = plan_replay(transcript, events, first_is_system, ring.n_anchors,
+                       conv.policy.max_slots)
+    if plan.skipped:
+        log.info("replaying the last %d tokens; %d more would not fit the ring",
+                 len(plan.tokens), plan.skipped)
+    if plan.anchors:
+        conv.ingest(plan.anchors, anchors=True)
+    clock0 = ring.clock
+    for offset in plan.turn_starts:
+        ring.mark_turn_start(clock0 + offset)
+    # One prefill chunk between progress reports (and chances to abandon a boot): at most a
+    # ring's worth is replayed, so the ring's own chunk size gives a few reports at least.
+    tokens, step = plan.tokens, conv.policy.prefill_chunk
+    for start in range(0, len(tokens), step):
+        conv.ingest(tokens[start : start + step])
+        if progress is not None:
+            progress(min(start + step, len(tokens)), len(tokens))
+    return len(plan.anchors) + len(tokens)
