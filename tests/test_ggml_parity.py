@@ -14,16 +14,13 @@ from gguf import GGMLQuantizationType as QT
 
 from engine.allocs import measure_allocations
 from engine.model.config import RingPolicy
-from engine.model.model import load_model
 from engine.snapshot.restore import restore
 from engine.snapshot.writer import Snapshotter
 from engine.state.conversation import Conversation
 from engine.state.sampler import SamplingSettings
 
-from .tiny_model import TinySpec, write_tiny_gguf
+from .parity import POLICY, TOKENS, run_steps, tiny
 
-TOKENS = [1, 40, 77, 200, 13, 99, 5, 250, 31, 64, 128, 7, 8, 9, 180, 44, 2, 1, 66, 67]
-POLICY = RingPolicy(max_slots=64, recent_window=8, evict_batch=4, prefill_chunk=6)
 ATOL_F32 = 5e-5
 # f16 keys and queries carry 2^-11 (0.05%) relative rounding each; measured on the tiny models
 # the logits move by up to 1e-4 of their largest magnitude.
@@ -42,20 +39,6 @@ def ggml_backend():
     from engine.backends.ggml.backend import GgmlBackend
 
     return GgmlBackend()
-
-
-def tiny(tmp_path_factory, qtype: QT, **kw):
-    path = tmp_path_factory.mktemp(f"ggml-{qtype.name}") / "tiny.gguf"
-    write_tiny_gguf(path, TinySpec(tensor_type=qtype, **kw))
-    return load_model(path, path.parent / "cache")
-
-
-def run_steps(model, backend, ids, policy=POLICY):
-    """Prefill the first 5 tokens, decode the rest; every step's logits."""
-    conv = Conversation(model, policy, backend=backend)
-    rows = [conv.ingest(ids[:5]).copy()]
-    rows += [conv.forward.decode_one_token(t).copy() for t in ids[5:]]
-    return np.stack(rows), conv
 
 
 def close(got: np.ndarray, want: np.ndarray, rel: float) -> None:
