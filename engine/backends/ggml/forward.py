@@ -68,12 +68,12 @@ class GgmlForward:
         graph = StepGraph(self.w, self.cfg, self.tensors, C, N, hidden_rows=hidden,
                           dequantize=C >= DEQUANTIZE_FROM, allocator=self._prefill_alloc)
         try:
-            inp = graph.inputs
+            inp, v = graph.inputs, self.ring.arena.views()
             inp.tokens[:] = chunk
-            np.add(self.ring.arena.views().slot_index[:C], span.pos, out=inp.positions)
-            np.add(self.ring.arena.views().slot_index[:C], n, out=inp.slots, casting="unsafe")
+            np.add(v.slot_index[:C], span.pos, out=inp.positions)
+            np.add(v.slot_index[:C], n, out=inp.slots, casting="unsafe")
             inp.mask[:, :, :n] = 0.0
-            inp.mask[:, :, n:] = self.ring.arena.views().p_causal[:C, None, :C]
+            inp.mask[:, :, n:] = v.p_causal[:C, None, :C]
             self._backend.run(graph, timed=False)
         finally:
             graph.close()
