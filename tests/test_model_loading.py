@@ -54,7 +54,7 @@ def test_truncated_gguf(tmp_path: Path, tiny_gguf: Path) -> None:
 
 def test_unsupported_architecture(tmp_path: Path) -> None:
     path = write_tiny_gguf(tmp_path / "mamba.gguf", TinySpec(architecture="mamba"))
-    with pytest.raises(UnsupportedArchitectureError, match="unsupported architecture 'mamba'"):
+    with pytest.raises(UnsupportedArchitectureError, match="architecture 'mamba' is not supported"):
         load_model(path, tmp_path / "cache")
 
 

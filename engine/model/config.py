@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .architecture import ARCHITECTURES, Architecture
+
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Geometry of a llama-architecture model, read from GGUF metadata."""
+    """Geometry of a model, read from GGUF metadata; `arch` says what kind of model it is."""
 
     n_layers: int
     d_model: int
@@ -20,6 +22,18 @@ class ModelConfig:
     rope_theta: float
     rms_eps: float
     tied_embeddings: bool
+    architecture: str = "llama"  # a key of architecture.ARCHITECTURES
+    rope_freq_scale: float = 1.0  # linear RoPE scaling: positions are multiplied by this
+    rope_freq_factors: tuple[float, ...] = ()  # (head_dim/2,) divisors of each frequency
+
+    @property
+    def arch(self) -> Architecture:
+        return ARCHITECTURES[self.architecture]
+
+    @classmethod
+    def from_dict(cls, record: dict) -> ModelConfig:
+        """Rebuild from `dataclasses.asdict` output that went through JSON (lists for tuples)."""
+        return cls(**{**record, "rope_freq_factors": tuple(record.get("rope_freq_factors", ()))})
 
     @property
     def q_dim(self) -> int:

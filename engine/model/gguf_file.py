@@ -18,10 +18,10 @@ from ..errors import (
     UnsupportedArchitectureError,
     UnsupportedTensorTypeError,
 )
+from .architecture import support_problem
 from .config import ModelConfig
 
 GGUF_MAGIC = b"GGUF"
-SUPPORTED_ARCHITECTURES = ("llama",)
 
 # Types the numpy backend can dequantize. The first group is quantizable by gguf-py too and so
 # is covered by round-trip tests; the K-quants are dequantize-only in gguf-py.
@@ -63,7 +63,8 @@ def fingerprint_file(path: Path) -> str:
 
 
 def open_model(path: str | os.PathLike) -> ModelFile:
-    """Open and validate a llama-architecture GGUF, or raise a ModelError naming the problem."""
+    """Open and validate a GGUF of a supported architecture, or raise a ModelError naming
+    the problem."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise ModelNotFoundError(f"model file not found: {path}")
@@ -82,12 +83,10 @@ def open_model(path: str | os.PathLike) -> ModelFile:
         field = fields.get(key)
         return default if field is None else field.contents()
 
-    arch = get("general.architecture")
-    if arch not in SUPPORTED_ARCHITECTURES:
-        raise UnsupportedArchitectureError(
-            f"unsupported architecture {arch!r} (supported: llama): {path}"
-        )
     tensors = {t.name: t for t in reader.tensors}
+    problem = support_problem(get, tensors)
+    if problem is not None:
+        raise UnsupportedArchitectureError(f"{problem}: {path}")
     for t in reader.tensors:
         if t.tensor_type not in SUPPORTED_TENSOR_TYPES:
             raise UnsupportedTensorTypeError(
@@ -106,36 +105,57 @@ def open_model(path: str | os.PathLike) -> ModelFile:
 
 
 def _config_from_metadata(get, tensors: dict[str, ReaderTensor], path: Path) -> ModelConfig:
+    arch = str(get("general.architecture"))
+
     def need(key: str):
-        value = get(key)
+        value = get(f"{arch}.{key}")
         if value is None:
-            raise UnsupportedArchitectureError(f"model metadata lacks {key!r}: {path}")
+            raise UnsupportedArchitectureError(f"model metadata lacks '{arch}.{key}': {path}")
         return value
 
-    n_heads = int(need("llama.attention.head_count"))
-    d_model = int(need("llama.embedding_length"))
-    if "token_embd.weight" not in tensors:
-        raise MissingTensorError(f"model is missing tensor 'token_embd.weight': {path}")
-    vocab_size = int(get("llama.vocab_size", 0)) or int(tensors["token_embd.weight"].shape[1])
-    head_dim = int(get("llama.rope.dimension_count", d_model // max(n_heads, 1)))
+    def opt(key: str, default):
+        value = get(f"{arch}.{key}")
+        return default if value is None else value
+
+    n_heads = int(need("attention.head_count"))
+    d_model = int(need("embedding_length"))
+    vocab_size = int(opt("vocab_size", 0)) or int(tensors["token_embd.weight"].shape[1])
+    # key_length: Qwen3 and Mistral Nemo have heads wider than d_model / n_heads.
+    head_dim = int(opt("attention.key_length", d_model // max(n_heads, 1)))
+    value_dim = int(opt("attention.value_length", head_dim))
+    rope_dim = int(opt("rope.dimension_count", head_dim))
+    if value_dim != head_dim or rope_dim != head_dim:
+        raise UnsupportedArchitectureError(
+            f"{arch}: heads with key {head_dim}, value {value_dim} and rotary {rope_dim} "
+            f"dimensions (partial rotary or unequal K/V heads) are not implemented: {path}")
+    factor = float(opt("rope.scaling.factor", 0.0))
+    linear = opt("rope.scaling.type", "linear") == "linear" and factor not in (0.0, 1.0)
+    factors = ()
+    if "rope_freqs.weight" in tensors:
+        factors = tuple(float(x) for x in np.asarray(tensors["rope_freqs.weight"].data,
+                                                     np.float32))
     config = ModelConfig(
-        n_layers=int(need("llama.block_count")),
+        n_layers=int(need("block_count")),
         d_model=d_model,
         n_heads=n_heads,
-        n_kv_heads=int(get("llama.attention.head_count_kv", n_heads)),
+        n_kv_heads=int(opt("attention.head_count_kv", n_heads)),
         head_dim=head_dim,
-        ffn_dim=int(need("llama.feed_forward_length")),
+        ffn_dim=int(need("feed_forward_length")),
         vocab_size=vocab_size,
-        context_length=int(get("llama.context_length", 2048)),
-        rope_theta=float(get("llama.rope.freq_base", 10000.0)),
-        rms_eps=float(np.float32(get("llama.attention.layer_norm_rms_epsilon", 1e-5))),
+        context_length=int(opt("context_length", 2048)),
+        rope_theta=float(opt("rope.freq_base", 10000.0)),
+        rms_eps=float(np.float32(opt("attention.layer_norm_rms_epsilon", 1e-5))),
         tied_embeddings="output.weight" not in tensors,
+        architecture=arch,
+        rope_freq_scale=1.0 / factor if linear else 1.0,
+        rope_freq_factors=factors,
     )
-    if config.n_heads % config.n_kv_heads or config.head_dim * config.n_heads != d_model:
+    if n_heads <= 0 or config.n_kv_heads <= 0 or config.n_heads % config.n_kv_heads:
         raise UnsupportedArchitectureError(
-            f"unsupported head geometry ({n_heads} heads, {config.n_kv_heads} kv heads, "
-            f"head_dim {head_dim}, d_model {d_model}): {path}"
-        )
+            f"unsupported head geometry ({n_heads} heads, {config.n_kv_heads} kv heads): {path}")
     if config.head_dim % 2:
         raise UnsupportedArchitectureError(f"RoPE needs an even head_dim, got {head_dim}: {path}")
+    if factors and len(factors) != head_dim // 2:
+        raise UnsupportedArchitectureError(
+            f"rope_freqs has {len(factors)} factors, expected {head_dim // 2}: {path}")
     return config

@@ -27,7 +27,7 @@ from .tokenizer import Tokenizer
 from .weights import Weights, build_image, map_image
 
 Progress = Callable[[int, int], None]
-META_VERSION = 1
+META_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def load_model(path: str | Path | None = None, cache_dir: str | Path | None = No
     if meta is None:
         meta = _build_meta(parse())
         write_atomically(meta_path, json.dumps(meta).encode())
-    config = ModelConfig(**meta["config"])
+    config = ModelConfig.from_dict(meta["config"])
     tokenizer = Tokenizer.from_json(meta["tokenizer"])
     template = ChatTemplate(meta["chat_template"], meta["bos_token"], meta["eos_token"])
     tensors = {k: TensorInfo(v[0], tuple(v[1]), v[2], v[3]) for k, v in meta["tensors"].items()}

@@ -1,31 +1,45 @@
-"""Rotary position embedding in GGUF's interleaved layout.
+"""Rotary position embedding, in the rotation layout the model's architecture uses.
 
 llama.cpp's converter permutes the Q and K rows of llama models so that RoPE rotates adjacent
-pairs (x[2i], x[2i+1]) rather than HF's split halves. We keep the GGUF layout, so keys in the
-ring are bit-compatible with what a backend reading GGUF blocks directly computes.
+pairs (x[2i], x[2i+1]) ("interleaved"); qwen2, qwen3 and phi3 GGUFs keep HF's layout, which
+rotates x[i] with x[i + d/2] ("split_half"). We keep each GGUF's layout, so keys in the ring are
+bit-compatible with what a backend reading GGUF blocks directly computes.
 
 Rotations compose: R(a) R(b) = R(a + b). That is what lets a rebase move a cached key from
-position p to p' by rotating it by p' - p, without the pre-RoPE key.
+position p to p' by rotating it by p' - p, without the pre-RoPE key. Scaling (linear, or Llama 3's
+per-frequency factors) only changes the frequencies, so it composes the same way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
+from .architecture import INTERLEAVED
 from .config import ModelConfig
+
+Rotate = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
 
 
 def inv_frequencies(cfg: ModelConfig) -> np.ndarray:
-    """theta^(-2i/d) for i < d/2, in float64 so that large positions keep their precision."""
+    """Radians per position of each rotated pair, (head_dim/2,) float64 so that large
+    positions keep their precision: theta^(-2i/d), times the linear scale, over the factors."""
     half = cfg.head_dim // 2
-    return 1.0 / (cfg.rope_theta ** (np.arange(half, dtype=np.float64) * 2.0 / cfg.head_dim))
+    inv = 1.0 / (cfg.rope_theta ** (np.arange(half, dtype=np.float64) * 2.0 / cfg.head_dim))
+    inv *= cfg.rope_freq_scale
+    if cfg.rope_freq_factors:
+        inv /= np.asarray(cfg.rope_freq_factors, dtype=np.float64)
+    return inv
 
 
 class RopeTables:
-    """cos/sin for every position of the model's context, shared by all conversations."""
+    """cos/sin for every position of the model's context, shared by all conversations, and
+    the rotation that matches the model's layout."""
 
     def __init__(self, cfg: ModelConfig):
         self.inv_freq = inv_frequencies(cfg)  # (half,) float64
+        self.rotate: Rotate = rotate_pairs if cfg.arch.rope_style == INTERLEAVED else rotate_halves
         positions = np.arange(cfg.context_length, dtype=np.float64)
         angles = np.multiply.outer(positions, self.inv_freq)  # transient f64 (ctx, half)
         # Generated straight into the final float32 tables; no f32 or f64 twin is kept.
@@ -34,19 +48,29 @@ class RopeTables:
         del angles
 
 
+def _rotate(first: np.ndarray, second: np.ndarray, cos: np.ndarray, sin: np.ndarray,
+            tmp_a: np.ndarray, tmp_b: np.ndarray) -> None:
+    np.multiply(first, cos, out=tmp_a)
+    np.multiply(second, sin, out=tmp_b)
+    np.subtract(tmp_a, tmp_b, out=tmp_a)  # new first
+    np.multiply(first, sin, out=tmp_b)
+    np.multiply(second, cos, out=second)
+    np.add(second, tmp_b, out=second)  # new second
+    np.copyto(first, tmp_a)
+
+
 def rotate_pairs(x: np.ndarray, cos: np.ndarray, sin: np.ndarray,
                  tmp_a: np.ndarray, tmp_b: np.ndarray) -> None:
-    """Rotate x's interleaved pairs in place.
+    """Rotate x's interleaved pairs (x[2i], x[2i+1]) in place.
 
     x: (..., heads, head_dim) float32 view; cos, sin broadcastable to (..., heads, head_dim/2);
     tmp_a, tmp_b: scratch shaped like (..., heads, head_dim/2).
     """
-    even = x[..., 0::2]
-    odd = x[..., 1::2]
-    np.multiply(even, cos, out=tmp_a)
-    np.multiply(odd, sin, out=tmp_b)
-    np.subtract(tmp_a, tmp_b, out=tmp_a)  # new even
-    np.multiply(even, sin, out=tmp_b)
-    np.multiply(odd, cos, out=odd)
-    np.add(odd, tmp_b, out=odd)  # new odd
-    np.copyto(even, tmp_a)
+    _rotate(x[..., 0::2], x[..., 1::2], cos, sin, tmp_a, tmp_b)
+
+
+def rotate_halves(x: np.ndarray, cos: np.ndarray, sin: np.ndarray,
+                  tmp_a: np.ndarray, tmp_b: np.ndarray) -> None:
+    """Rotate x's split-half pairs (x[i], x[i + head_dim/2]) in place; arguments as above."""
+    half = x.shape[-1] // 2
+    _rotate(x[..., :half], x[..., half:], cos, sin, tmp_a, tmp_b)

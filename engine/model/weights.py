@@ -35,7 +35,7 @@ from .config import ModelConfig
 from .gguf_file import ModelFile
 
 IMAGE_MAGIC = b"CHWI"
-IMAGE_VERSION = 1
+IMAGE_VERSION = 2
 PREAMBLE = struct.Struct("<4sIQQQ")
 PAGE = 4096
 TENSOR_ALIGN = 64
@@ -51,6 +51,9 @@ class LayerWeights:
     ffn_norm: np.ndarray  # (d_model,)
     w_gate_up: np.ndarray  # (2*ffn_dim, d_model): gate rows then up rows
     w_down: np.ndarray  # (d_model, ffn_dim)
+    bqkv: np.ndarray | None = None  # (q_dim + 2*kv_dim,) when the architecture has QKV bias
+    q_norm: np.ndarray | None = None  # (head_dim,) per-head RMSNorm weights (QK-norm)
+    k_norm: np.ndarray | None = None  # (head_dim,)
 
 
 @dataclass(frozen=True)
@@ -76,18 +79,30 @@ def image_plan(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
         plan[f"blk.{i}.ffn_norm"] = (d,)
         plan[f"blk.{i}.w_gate_up"] = (2 * f, d)
         plan[f"blk.{i}.w_down"] = (d, f)
+        if cfg.arch.qkv_bias:
+            plan[f"blk.{i}.bqkv"] = (cfg.qkv_dim,)
+        if cfg.arch.qk_norm:
+            plan[f"blk.{i}.q_norm"] = (cfg.head_dim,)
+            plan[f"blk.{i}.k_norm"] = (cfg.head_dim,)
     return plan
 
 
 def _sources(cfg: ModelConfig, name: str) -> list[str]:
     """The GGUF tensors whose rows, stacked, make image tensor `name`."""
-    if name.endswith(".wqkv"):
-        blk = name[: -len(".wqkv")]
+    arch = cfg.arch
+    blk, _, role = name.rpartition(".")
+    if role == "wqkv":
+        if arch.fused_qkv:
+            return [f"{blk}.attn_qkv.weight"]
         return [f"{blk}.attn_q.weight", f"{blk}.attn_k.weight", f"{blk}.attn_v.weight"]
-    if name.endswith(".w_gate_up"):
-        blk = name[: -len(".w_gate_up")]
+    if role == "bqkv":
+        return [f"{blk}.attn_q.bias", f"{blk}.attn_k.bias", f"{blk}.attn_v.bias"]
+    if role == "w_gate_up":
+        if arch.fused_gate_up:  # already gate rows then up rows
+            return [f"{blk}.ffn_up.weight"]
         return [f"{blk}.ffn_gate.weight", f"{blk}.ffn_up.weight"]
-    renames = {".wo": ".attn_output.weight", ".w_down": ".ffn_down.weight"}
+    renames = {".wo": ".attn_output.weight", ".w_down": ".ffn_down.weight",
+               ".q_norm": ".attn_q_norm.weight", ".k_norm": ".attn_k_norm.weight"}
     for suffix, gguf_suffix in renames.items():
         if name.endswith(suffix):
             return [name[: -len(suffix)] + gguf_suffix]
@@ -188,7 +203,7 @@ def map_image(path: Path, fingerprint: str) -> WeightImage:
         meta = json.loads(bytes(mapping[PREAMBLE.size : PREAMBLE.size + meta_len]))
         if meta.get("fingerprint") != fingerprint:
             raise WeightImageError(f"weight image belongs to another model: {path}")
-        cfg = ModelConfig(**meta["config"])
+        cfg = ModelConfig.from_dict(meta["config"])
         views: dict[str, np.ndarray] = {}
         for name, shape in image_plan(cfg).items():
             offset, stored_shape = meta["tensors"][name]
@@ -216,6 +231,9 @@ def _weights_from_views(cfg: ModelConfig, v: dict[str, np.ndarray]) -> Weights:
             ffn_norm=v[f"blk.{i}.ffn_norm"],
             w_gate_up=v[f"blk.{i}.w_gate_up"],
             w_down=v[f"blk.{i}.w_down"],
+            bqkv=v.get(f"blk.{i}.bqkv"),
+            q_norm=v.get(f"blk.{i}.q_norm"),
+            k_norm=v.get(f"blk.{i}.k_norm"),
         )
         for i in range(cfg.n_layers)
     )

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model.config import ModelConfig, RingPolicy
-from ..model.rope import RopeTables, rotate_pairs
+from ..model.rope import RopeTables
 from .arena import (
     CLOCK,
     EVICTED,
@@ -222,7 +222,8 @@ class KVRing:
             keys = v.compact_staging[:n] if widen else layer[:n]
             if widen:
                 np.copyto(keys, layer[:n])
-            rotate_pairs(keys.reshape(n, kvh, hd), cos, sin, v.rebase_a[:n], v.rebase_b[:n])
+            self.rope.rotate(keys.reshape(n, kvh, hd), cos, sin, v.rebase_a[:n],
+                             v.rebase_b[:n])
             if widen:
                 np.copyto(layer[:n], keys, casting="same_kind")
         np.copyto(v.slot_pos[:n], v.slot_index[:n])

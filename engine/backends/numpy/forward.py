@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ...model.rope import rotate_pairs
 from ...model.weights import Weights
 from ...state.arena import ArenaViews
 from ...state.ring import KVRing, SlotSpan
@@ -36,6 +35,17 @@ def rmsnorm_rows(x: np.ndarray, weight: np.ndarray, out: np.ndarray, tmp: np.nda
     np.reciprocal(tmp, out=tmp)
     np.multiply(x, tmp[:, None], out=out)
     np.multiply(out, weight, out=out)
+
+
+def rmsnorm_heads(x: np.ndarray, weight: np.ndarray, tmp: np.ndarray, eps: float) -> None:
+    """In-place RMSNorm of every head vector: x (..., heads, head_dim); tmp (..., heads)."""
+    np.einsum("...i,...i->...", x, x, out=tmp)
+    np.multiply(tmp, 1.0 / x.shape[-1], out=tmp)
+    np.add(tmp, eps, out=tmp)
+    np.sqrt(tmp, out=tmp)
+    np.reciprocal(tmp, out=tmp)
+    np.multiply(x, tmp[..., None], out=x)
+    np.multiply(x, weight, out=x)
 
 
 def silu_mul(gate: np.ndarray, up: np.ndarray, out: np.ndarray) -> None:
@@ -111,9 +121,9 @@ class Forward:
         for layer, lw in enumerate(w.layers):
             rmsnorm_rows(x, lw.attn_norm, xn, tmp, cfg.rms_eps)
             np.matmul(xn, lw.wqkv.T, out=qkv)
+            self._shape_qk(lw, qkv, v.p_qk_norm[:C] if cfg.arch.qk_norm else None)
             qk = qkv[:, : qd + kvd].reshape(C, cfg.n_heads + cfg.n_kv_heads, cfg.head_dim)
-            rotate = v.p_rope_a[:C], v.p_rope_b[:C]
-            rotate_pairs(qk, cos, sin, *rotate)
+            self.rope.rotate(qk, cos, sin, v.p_rope_a[:C], v.p_rope_b[:C])
             v.k_cache[layer, n:N] = qkv[:, qd : qd + kvd]
             v.v_cache[layer, n:N] = qkv[:, qd + kvd :]
             self._prefill_attention(v, layer, n, C)
@@ -132,6 +142,20 @@ class Forward:
         if final_logits:
             rmsnorm(x[C - 1], w.output_norm, v.xn, cfg.rms_eps)
             np.dot(w.output, v.xn, out=v.logits)
+
+    def _shape_qk(self, lw, qkv: np.ndarray, norm_tmp: np.ndarray | None) -> None:
+        """The architecture's steps between the QKV projection and RoPE, in place on qkv
+        (..., qkv_dim): the projections' bias, then QK-norm (norm_tmp: (..., H + KVH))."""
+        cfg = self.cfg
+        if lw.bqkv is not None:
+            np.add(qkv, lw.bqkv, out=qkv)
+        if norm_tmp is not None:
+            H, KVH, hd, qd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.q_dim
+            lead = qkv.shape[:-1]
+            q = qkv[..., :qd].reshape(*lead, H, hd)
+            k = qkv[..., qd : qd + cfg.kv_dim].reshape(*lead, KVH, hd)
+            rmsnorm_heads(q, lw.q_norm, norm_tmp[..., :H], cfg.rms_eps)
+            rmsnorm_heads(k, lw.k_norm, norm_tmp[..., H:], cfg.rms_eps)
 
     def _prefill_attention(self, v: ArenaViews, layer: int, n: int, C: int) -> None:
         """Causal attention of C new queries over N = n + C keys, one K/V group at a time."""
@@ -185,10 +209,12 @@ class Forward:
         scores2 = scores.reshape(H, N)
         attn3 = v.attn.reshape(KVH, G, hd)
         row_max, row_sum = v.row_max, v.row_sum
+        qk_norm = v.qk_norm if cfg.arch.qk_norm else None
         for layer, lw in enumerate(w.layers):
             rmsnorm(x, lw.attn_norm, xn, cfg.rms_eps)
             np.dot(lw.wqkv, xn, out=qkv)
-            rotate_pairs(qk, cos, sin, rope_a, rope_b)
+            self._shape_qk(lw, qkv, qk_norm)
+            self.rope.rotate(qk, cos, sin, rope_a, rope_b)
             v.k_cache[layer, n] = qkv[qd : qd + kvd]
             v.v_cache[layer, n] = qkv[qd + kvd :]
             np.multiply(q, self.q_scale, out=q)

@@ -51,3 +51,6 @@ def add_numpy_scratch(lay: ArenaLayout, cfg: ModelConfig, policy: RingPolicy) ->
     lay.add("p_rope_a", f32, (C, H + KVH, half))
     lay.add("p_rope_b", f32, (C, H + KVH, half))
     lay.add("p_norm", f32, (C,))
+    if cfg.arch.qk_norm:
+        lay.add("qk_norm", f32, (H + KVH,))  # one inverse RMS per head
+        lay.add("p_qk_norm", f32, (C, H + KVH))

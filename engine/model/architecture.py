@@ -1,0 +1,137 @@
+"""What each supported architecture is: one table entry per GGUF `general.architecture`.
+
+Every supported model is a pre-norm decoder (RMSNorm before attention and before the SwiGLU
+feed-forward, residual adds after each) with rotary positions and grouped-query attention.
+What differs between architectures is listed here, in the spirit of gguf-py's MODEL_TENSORS:
+the config, the weight loaders, every backend's forward pass and the snapshot identity read
+this table rather than testing architecture names. A GGUF that needs anything the table does
+not describe is refused with one line naming what is missing (`support_problem`).
+
+Adding an architecture: one `Architecture` entry, plus a forward-pass feature in each backend
+if it needs one the table cannot yet express (docs/models.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any
+
+INTERLEAVED = "interleaved"  # rotate (x[2i], x[2i+1]): llama.cpp permutes llama's Q/K rows so
+SPLIT_HALF = "split_half"  # rotate (x[i], x[i + d/2]): HF's layout, kept by qwen2/qwen3/phi3
+
+
+@dataclass(frozen=True)
+class Architecture:
+    name: str  # general.architecture, and the prefix of its metadata keys
+    rope_style: str  # INTERLEAVED or SPLIT_HALF
+    qkv_bias: bool = False  # attn_{q,k,v}.bias added after the projections (qwen2)
+    qk_norm: bool = False  # attn_{q,k}_norm.weight: RMSNorm per head before RoPE (qwen3)
+    fused_qkv: bool = False  # one attn_qkv.weight: q rows, then k, then v (phi3)
+    fused_gate_up: bool = False  # ffn_up.weight holds gate rows, then up rows (phi3)
+    # Per-frequency RoPE divisors in a `rope_freqs.weight` tensor (Llama 3.1+ "llama3" scaling).
+    rope_freq_factors: bool = False
+
+    def layer_tensors(self, i: int) -> list[str]:
+        """The GGUF tensors layer i must have, and the only ones it may have."""
+        blk = f"blk.{i}."
+        names = ["attn_norm.weight", "attn_output.weight", "ffn_norm.weight",
+                 "ffn_down.weight", "ffn_up.weight"]
+        names += ["attn_qkv.weight"] if self.fused_qkv else [
+            "attn_q.weight", "attn_k.weight", "attn_v.weight"]
+        if not self.fused_gate_up:
+            names.append("ffn_gate.weight")
+        if self.qkv_bias:
+            names += ["attn_q.bias", "attn_k.bias", "attn_v.bias"]
+        if self.qk_norm:
+            names += ["attn_q_norm.weight", "attn_k_norm.weight"]
+        return [blk + name for name in names]
+
+    def model_tensors(self, n_layers: int, tied: bool, has_rope_freqs: bool) -> list[str]:
+        names = ["token_embd.weight", "output_norm.weight"]
+        if not tied:
+            names.append("output.weight")
+        if has_rope_freqs:
+            names.append("rope_freqs.weight")
+        for i in range(n_layers):
+            names += self.layer_tensors(i)
+        return names
+
+
+ARCHITECTURES: dict[str, Architecture] = {
+    arch.name: arch
+    for arch in (
+        # Llama 1-3.x, SmolLM, Mistral 7B / Nemo and other llama-shaped GGUFs.
+        Architecture("llama", INTERLEAVED, rope_freq_factors=True),
+        Architecture("qwen2", SPLIT_HALF, qkv_bias=True),  # Qwen2, Qwen2.5
+        Architecture("qwen3", SPLIT_HALF, qk_norm=True),  # Qwen3 dense
+        Architecture("phi3", SPLIT_HALF, fused_qkv=True, fused_gate_up=True),  # Phi-3, Phi-4
+    )
+}
+
+# Architectures people will try, and what keeps each out, so the refusal says why.
+NOT_YET: dict[str, str] = {
+    "gemma": "embedding scaling and GeGLU are not implemented",
+    "gemma2": "sliding-window layers, logit soft-capping and post-norms are not implemented",
+    "gemma3": "sliding-window layers, post-norms and QK-norm with GeGLU are not implemented",
+    "mistral3": "the Mistral 3 vision-language layout is not implemented",
+    "phi2": "partial rotary and biased LayerNorm are not implemented",
+    "qwen2moe": "mixture-of-experts layers are not implemented",
+    "qwen3moe": "mixture-of-experts layers are not implemented",
+}
+
+# RoPE scaling types (`<arch>.rope.scaling.type`) the forward passes implement. "linear"
+# divides positions by the factor; Llama 3's scaling comes as a rope_freqs tensor instead.
+ROPE_SCALING_TYPES = ("none", "linear")
+SLIDING_WINDOW_IGNORED_FROM = 4096  # RingPolicy's default max_slots
+
+Metadata = Callable[[str], Any]  # key -> value or None
+
+
+def supported_names() -> str:
+    return ", ".join(ARCHITECTURES)
+
+
+def support_problem(get: Metadata, tensor_names: Collection[str]) -> str | None:
+    """Why Channel cannot run a GGUF with this metadata and these tensors, or None.
+
+    Reads metadata and tensor names only, so the model catalog can call it on headers.
+    """
+    name = get("general.architecture")
+    if name not in ARCHITECTURES:
+        why = NOT_YET.get(str(name), f"supported: {supported_names()}")
+        return f"architecture {name!r} is not supported ({why})"
+    arch = ARCHITECTURES[name]
+    if int(get(f"{name}.expert_count") or 0) > 0:
+        return f"{name}: mixture-of-experts layers are not implemented"
+    scaling = get(f"{name}.rope.scaling.type") or "none"
+    factor = float(get(f"{name}.rope.scaling.factor") or 0.0)
+    if scaling not in ROPE_SCALING_TYPES and factor not in (0.0, 1.0):
+        return f"{name}: RoPE scaling {scaling!r} is not implemented"
+    attn_factor = get(f"{name}.rope.scaling.attn_factor")
+    if attn_factor is not None and float(attn_factor) != 1.0:
+        return f"{name}: RoPE attention factor {float(attn_factor)} is not implemented"
+    window = int(get(f"{name}.attention.sliding_window") or 0)
+    if 0 < window < SLIDING_WINDOW_IGNORED_FROM and name != "phi3":
+        # phi3's converters record a window that llama.cpp ignores (llama.cpp PR 13676); so do
+        # we. A window as long as the largest default ring never slides in it.
+        return f"{name}: sliding-window attention ({window} tokens) is not implemented"
+    names = set(tensor_names)
+    if any(n.startswith("rope_factors_") or ".rope_factors_" in n for n in names):
+        return f"{name}: LongRoPE (rope_factors_long/short) is not implemented"
+    if "rope_freqs.weight" in names and not arch.rope_freq_factors:
+        return f"{name}: per-frequency RoPE factors are not implemented for this architecture"
+    n_layers = int(get(f"{name}.block_count") or 0)
+    if n_layers <= 0:
+        return f"{name}: metadata lacks '{name}.block_count'"
+    expected = arch.model_tensors(n_layers, "output.weight" not in names,
+                                  "rope_freqs.weight" in names)
+    missing = [n for n in expected if n not in names]
+    if missing:
+        return f"{name}: missing tensor {missing[0]!r}" + (
+            f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+    unknown = sorted(names - set(expected))
+    if unknown:
+        return (f"{name}: tensor {unknown[0]!r} is not part of {name} as Channel implements "
+                f"it (a feature the architecture table lacks)")
+    return None
