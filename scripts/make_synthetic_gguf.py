@@ -33,21 +33,21 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from gguf import (
     GGML_QUANT_SIZES,
     GGMLQuantizationType,
-    GGUFReader,
-    GGUFValueType,
     GGUFWriter,
     LlamaFileType,
-    ReaderField,
     quants,
 )
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # for tests.tiny_model, shared with the test suite
+
+from tests.tiny_model import copy_tokenizer  # noqa: E402
+
 TOKENIZER_MODEL = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ARCH = "llama"
 WEIGHT_STD = 0.02  # like a freshly initialised transformer: activations stay finite
@@ -120,37 +120,6 @@ def shipped_model_path() -> Path:
     if not found:
         raise SystemExit(f"cannot find {TOKENIZER_MODEL}; pass --tokenizer-from PATH")
     return Path(found[0])
-
-
-def field_value(field: ReaderField) -> tuple[Any, GGUFValueType, GGUFValueType | None]:
-    """A reader field as (value, type, array element type); strings stay raw bytes."""
-    main = field.types[0]
-    if main == GGUFValueType.STRING:
-        return bytes(field.parts[field.data[0]]), main, None
-    if main != GGUFValueType.ARRAY:
-        return field.contents(), main, None
-    if len(field.types) != 2:
-        raise SystemExit(f"nested array metadata is not supported: {field.name}")
-    sub = field.types[1]
-    if sub == GGUFValueType.STRING:
-        return [bytes(field.parts[i]) for i in field.data], main, sub
-    return field.contents(), main, sub
-
-
-def copy_tokenizer(writer: GGUFWriter, source: Path) -> int:
-    """Copy every tokenizer.* key from `source`; returns the vocabulary size."""
-    reader = GGUFReader(source, "r")
-    n_vocab = 0
-    for key, field in reader.fields.items():
-        if not key.startswith("tokenizer."):
-            continue
-        value, vtype, sub = field_value(field)
-        writer.add_key_value(key, value, vtype, sub_type=sub)
-        if key == "tokenizer.ggml.tokens":
-            n_vocab = len(value)
-    if not n_vocab:
-        raise SystemExit(f"{source} has no tokenizer.ggml.tokens")
-    return n_vocab
 
 
 def matrix_type(want: QT, row_length: int, noted: set[tuple[QT, int]]) -> QT:
