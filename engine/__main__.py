@@ -153,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         backend = choose(args.backend, args.model, args.cache_dir or default_cache_dir(), emit)
         model = load_model(args.model, args.cache_dir or default_cache_dir(), progress,
                            f32_weights=backend.needs_f32_weights)
-        policy = RingPolicy().scaled_to(args.ring_slots) if args.ring_slots else None
+        policy = (RingPolicy.for_model(model.config, slots=args.ring_slots)
+                  if args.ring_slots else None)
     except (ChannelError, ValueError, OSError) as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         emit({"type": "error", "code": "fatal", "fatal": True, "message": message})

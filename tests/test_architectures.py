@@ -130,3 +130,18 @@ def test_refused_model_file_is_one_line(tmp_path) -> None:
     message = str(err.value)
     assert "\n" not in message and "missing tensor 'output_norm.weight'" in message
     assert str(path) in message
+
+
+def test_ring_follows_context_and_memory_budget(tmp_path) -> None:
+    from dataclasses import replace
+
+    cfg = open_model(write(tmp_path, TinySpec(context_length=1000))).config
+    assert RingPolicy.for_model(cfg).max_slots == 1000  # the trained context
+    big = replace(cfg, n_layers=80, n_heads=64, n_kv_heads=8, head_dim=128, d_model=8192,
+                  context_length=131072)  # a 70B-class geometry: 492 KB per f16/f32 slot
+    per_slot = big.kv_bytes_per_slot(2, 4)
+    policy = RingPolicy.for_model(big, per_slot)
+    assert policy.max_slots == 2048 and policy.max_slots * per_slot <= 1 << 30
+    assert RingPolicy.for_model(big, per_slot, slots=8192).max_slots == 8192  # asked for
+    with pytest.raises(ValueError, match="longer than the model's trained context"):
+        RingPolicy.for_model(cfg, slots=2048)
