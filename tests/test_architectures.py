@@ -145,3 +145,17 @@ def test_ring_follows_context_and_memory_budget(tmp_path) -> None:
     assert RingPolicy.for_model(big, per_slot, slots=8192).max_slots == 8192  # asked for
     with pytest.raises(ValueError, match="longer than the model's trained context"):
         RingPolicy.for_model(cfg, slots=2048)
+
+
+def test_auto_leaves_vulkan_for_an_architecture_the_shaders_lack(tmp_path) -> None:
+    from engine.backends.select import Choice, fit_to_model
+
+    class GpuBackendStandIn:  # only the name matters to fit_to_model
+        name = "vulkan"
+
+    gpu = Choice(GpuBackendStandIn(), None)
+    llama = open_model(write(tmp_path, VARIANTS["llama3-scaled"], "l.gguf")).config
+    qwen2 = open_model(write(tmp_path, VARIANTS["qwen2"], "q.gguf")).config
+    assert fit_to_model(gpu, "auto", llama) is gpu
+    assert fit_to_model(gpu, "vulkan", qwen2) is gpu  # asked for by name: Vulkan refuses it
+    assert fit_to_model(gpu, "auto", qwen2, tmp_path).backend.name in ("ggml", "numpy")
