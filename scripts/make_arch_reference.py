@@ -62,7 +62,30 @@ FIXTURES: dict[str, tuple[TinySpec, str, dict]] = {
               {"head_dim": 32}),
     "phi3": (TinySpec(architecture="phi3", tied=False, n_kv_heads=4), "phi-3", {}),
 }
+# Each family's turn format, as its real templates render a plain conversation (the real
+# ones add tool calls and reasoning branches; this is what a chat without them renders).
+CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + "
+          "'<|im_end|>\\n' }}{% endfor %}"
+          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+LLAMA3 = ("{{ bos_token }}{% for m in messages %}{{ '<|start_header_id|>' + m['role'] + "
+          "'<|end_header_id|>\\n\\n' + m['content'] | trim + '<|eot_id|>' }}{% endfor %}"
+          "{% if add_generation_prompt %}"
+          "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}")
+MISTRAL = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'assistant' %}"
+           "{{ ' ' + m['content'] + eos_token }}{% else %}"
+           "{{ '[INST] ' + m['content'] + ' [/INST]' }}{% endif %}{% endfor %}")
+PHI3 = ("{% for m in messages %}{{ '<|' + m['role'] + '|>\\n' + m['content'] + '<|end|>\\n' }}"
+        "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}")
+TEMPLATES = {"llama-bpe": LLAMA3, "llama-spm": MISTRAL, "qwen2": CHATML, "phi-3": PHI3}
 WEIGHT_TYPE = QT.Q8_0  # quantized like real files; both sides dequantize with gguf-py
+
+
+def tokenizer_with_template(writer, source: Path, template: str) -> int:
+    """The vocabulary fixture's tokenizer, plus its family's chat template if it has none."""
+    size = copy_tokenizer(writer, source)
+    if "tokenizer.chat_template" not in writer.kv_data[0]:
+        writer.add_chat_template(template)
+    return size
 
 
 def hf_model(path: Path, patch: dict) -> torch.nn.Module:
@@ -110,7 +133,8 @@ def main() -> None:
                            "context_length": 128})
         path = OUT / f"{name}.gguf"
         source = VOCAB / f"{vocab_kind}.gguf"
-        tokenizer = functools.partial(copy_tokenizer, source=source)
+        tokenizer = functools.partial(tokenizer_with_template, source=source,
+                                      template=TEMPLATES[vocab_kind])
         if not source.is_file():
             print(f"note: {source} missing; {name} gets the tiny byte vocabulary", file=sys.stderr)
             tokenizer, vocab_kind = None, "tiny"

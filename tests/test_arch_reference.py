@@ -11,6 +11,8 @@ quantization tolerance its parity tests justify; greedy continuations must be eq
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +22,8 @@ from engine.model.config import RingPolicy
 from engine.model.model import load_model
 from engine.state.conversation import Conversation
 
-FIXTURES = Path(__file__).parent / "fixtures" / "arch"
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures" / "arch"
 INDEX = json.loads((FIXTURES / "index.json").read_text())["fixtures"]
 NAMES = sorted(INDEX)
 POLICY = RingPolicy(max_slots=64, recent_window=8, evict_batch=4, prefill_chunk=8)
@@ -106,6 +109,25 @@ def test_numpy_greedy_matches_transformers(arch_model, reference) -> None:
     ids = [int(t) for t in reference[f"{name}/ids"]]
     want = [int(t) for t in reference[f"{name}/greedy"]]
     assert greedy(model, ids, len(want)) == want
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_channel_chat_runs_every_architecture(tmp_path, name) -> None:
+    """The whole product path on each fixture: the CLI, its tokenizer and chat template, a
+    turn, the reply's end-of-generation token, and a warm second turn from the snapshot."""
+    def chat(text: str) -> dict:
+        proc = subprocess.run(
+            [sys.executable, "-m", "engine.cli", "chat", "--json", "--max-tokens", "6",
+             "--model", str(FIXTURES / f"{name}.gguf"), "--data-dir", str(tmp_path / "data"),
+             "--cache-dir", str(tmp_path / "cache"), text],
+            capture_output=True, text=True, cwd=REPO, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    first = chat("Hello, who are you?")
+    assert first["prompt_tokens"] > 5 and 1 <= len(first["reply_ids"]) <= 6
+    second = chat("And what is 2 + 2?")
+    assert second["boot"] == "warm", second["boot"]
 
 
 @pytest.fixture(scope="module")
