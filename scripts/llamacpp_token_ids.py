@@ -201,6 +201,7 @@ def write_json(path: Path, record: dict) -> None:
 
 
 def smollm_cases(model: str, out: Path) -> None:
+    """The original fixture (tests/test_tokenizer.py), with llama.cpp's BOS and EOG facts."""
     import llama_cpp
 
     llm = load(Path(model))
@@ -211,7 +212,10 @@ def smollm_cases(model: str, out: Path) -> None:
             case["parse_special"] = False
         cases.append(case)
     # One case per line keeps the file reviewable; json.dumps(indent=...) puts every id on a line.
-    head = json.dumps({"model": MODEL_NAME, "llama_cpp_python": llama_cpp.__version__})
+    facts = describe(llm, [])
+    head = json.dumps({"model": MODEL_NAME, "llama_cpp_python": llama_cpp.__version__,
+                       "add_bos": facts["add_bos"],
+                       "end_of_generation_ids": facts["end_of_generation_ids"]})
     rows = ",\n".join("  " + json.dumps(case, ensure_ascii=False) for case in cases)
     text = f'{head[:-1]}, "cases": [\n{rows}\n]}}\n'
     json.loads(text)  # the hand-assembled document must still parse

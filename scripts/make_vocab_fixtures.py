@@ -33,11 +33,11 @@ DEFAULT_LLAMA_CPP = Path("/tmp/sdist/llama_cpp_python-0.3.36/vendor/llama.cpp")
 
 # fixture name -> (source vocab, architecture, normal tokens to keep, chat template to add)
 KINDS: dict[str, tuple[str, str, int, str | None]] = {
-    "llama-bpe": ("ggml-vocab-llama-bpe.gguf", "llama", 5000,
+    "llama-bpe": ("ggml-vocab-llama-bpe.gguf", "llama", 4000,
                   "meta-llama-Llama-3.1-8B-Instruct.jinja"),
-    "qwen2": ("ggml-vocab-qwen2.gguf", "qwen2", 5000, None),
-    "llama-spm": ("ggml-vocab-llama-spm.gguf", "llama", 6000, None),
-    "phi-3": ("ggml-vocab-phi-3.gguf", "phi3", 6000, None),
+    "qwen2": ("ggml-vocab-qwen2.gguf", "qwen2", 4000, None),
+    "llama-spm": ("ggml-vocab-llama-spm.gguf", "llama", 5000, None),
+    "phi-3": ("ggml-vocab-phi-3.gguf", "phi3", 5000, None),
 }
 NORMAL, BYTE = 1, 6
 LISTS = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores",
@@ -63,11 +63,12 @@ def prune_bpe(tokens: list[str], types: list[int], merges: list[str], budget: in
             break
         left, right = merge.split(" ", 1)
         result = text_to_id.get(left + right)
-        if left in kept_text and right in kept_text and result is not None:
-            if result not in keep:
-                keep.add(result)
-                kept_text.add(tokens[result])
-                added += 1
+        if left in kept_text and right in kept_text and result is not None and (
+            result not in keep
+        ):
+            keep.add(result)
+            kept_text.add(tokens[result])
+            added += 1
     return keep
 
 

@@ -27,7 +27,7 @@ from .tokenizer import Tokenizer
 from .weights import Weights, build_image, map_image
 
 Progress = Callable[[int, int], None]
-META_VERSION = 1
+META_VERSION = 2  # 2: the tokenizer record carries add_bos and the EOG set
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tokenizers import decoders, models, normalizers
 from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, normalizers
 
 from .vocab import UnsupportedTokenizerError
 
