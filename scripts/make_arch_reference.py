@@ -72,7 +72,7 @@ LLAMA3 = ("{{ bos_token }}{% for m in messages %}{{ '<|start_header_id|>' + m['r
           "{% if add_generation_prompt %}"
           "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}")
 MISTRAL = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'assistant' %}"
-           "{{ ' ' + m['content'] + eos_token }}{% else %}"
+           "{{ m['content'] + eos_token }}{% else %}"
            "{{ '[INST] ' + m['content'] + ' [/INST]' }}{% endif %}{% endfor %}")
 PHI3 = ("{% for m in messages %}{{ '<|' + m['role'] + '|>\\n' + m['content'] + '<|end|>\\n' }}"
         "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}")

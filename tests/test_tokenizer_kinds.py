@@ -25,6 +25,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 EXPECTED = json.loads((FIXTURES / "llamacpp_vocab_ids.json").read_text(encoding="utf-8"))
 CASES = [(text, special) for text, special in EXPECTED["cases"]]
 KINDS = sorted(EXPECTED["kinds"])
+SENTENCEPIECE_KINDS = {"llama-spm", "phi-3"}  # tokenizer.ggml.model "llama"
 # The full vocab files are checked only where scripts/llamacpp_token_ids.py --full-vocabs ran.
 FULL = Path(tempfile.gettempdir()) / "llamacpp_full_vocab_ids.json"
 
@@ -132,13 +133,15 @@ def test_pre_tokenizer_names_match_llamacpp(pre: str, want: list[list[int]]) -> 
     assert [tok.encode(text, parse_special=special) for text, special in CASES] == want
 
 
-# Plain text without the few characters whose round trip is lossy by design (none): every kind
-# keeps every byte, through byte tokens or byte fallback.
+# Every kind keeps every byte, through byte tokens or byte fallback. The one lossy character
+# is SentencePiece's own space marker U+2581, which reads back as a space (in llama.cpp too).
 @pytest.mark.parametrize("kind", KINDS)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=st.text(max_size=60))
 def test_random_text_round_trips(kind: str, text: str) -> None:
     tok = tokenizer(kind)
+    if kind in SENTENCEPIECE_KINDS:
+        text = text.replace("\u2581", "")
     assert tok.decode(tok.encode(text, parse_special=False)) == text
 
 

@@ -21,7 +21,10 @@ def encode_with_content(tokenizer: Tokenizer, text: str, content: str) -> list[i
     stay text, so a message cannot close its own turn or forge another role.
     """
     at = text.rfind(content) if content else -1
-    if at < 0:
+    if at < 0 or tokenizer.encode(content) == tokenizer.encode(content, parse_special=False):
+        # Nothing in the message reads as a control token, so the whole text encodes as
+        # llama.cpp would encode it; splitting would also add a SentencePiece space marker at
+        # each cut and change BPE merges across it.
         return tokenizer.encode(text)
     return (
         tokenizer.encode(text[:at])
