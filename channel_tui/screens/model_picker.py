@@ -21,7 +21,7 @@ from textual.widgets.option_list import Option
 
 from .. import format as fmt
 
-WIDTHS = (34, 7, 6, 7, 9, 7)  # name, arch, params, quant, size, context
+WIDTHS = (40, 7, 6, 7, 9, 7)  # name, arch, params, quant, size, context
 
 
 def count(n: int | None) -> str:
