@@ -20,6 +20,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from .. import format as fmt
+from ..sessions import list_sessions
 
 WIDTHS = (40, 7, 6, 7, 9, 7)  # name, arch, params, quant, size, context
 
@@ -139,8 +140,14 @@ def model_session_flow(chat, data_dir: Path) -> None:
             return
 
         async def named(name: str | None) -> None:
-            if name:
-                await chat.switch_session(name, model=str(model["path"]))
+            if not name:
+                return
+            if name == chat.session or name in {s.name for s in list_sessions(data_dir)}:
+                # An existing session stays on its own model (docs/models.md).
+                chat.notify(f"Session {name!r} already exists and keeps its model; choose "
+                            f"a new name.", severity="warning")
+                return
+            await chat.switch_session(name, model=str(model["path"]))
 
         chat.app.push_screen(NewSessionScreen(data_dir), named)
 
