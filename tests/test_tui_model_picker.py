@@ -79,5 +79,18 @@ async def test_picker_lists_models_and_starts_a_session_on_one(
         assert app.chat.session == "picked"
         await pilot.pause(0.1)
         assert app.chat.query_one(StatusBar).model == event["model"]
+        # An existing session's name is refused: it keeps the model it was made with.
+        await pilot.press("f3")
+        await until(pilot, lambda: isinstance(app.screen, ModelPickerScreen)
+                    and app.screen.models, "the model list again")
+        options = app.screen.query_one(OptionList)
+        options.highlighted = paths.index(str(fake.paths["lmstudio"]))
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, NewSessionScreen), "the name dialog")
+        app.screen.query_one(Input).value = "default"
+        await pilot.press("enter")
+        await until(pilot, lambda: any("keeps its model" in str(n.message)
+                                       for n in app._notifications), "the refusal")
+        assert app.chat.session == "picked" and len(booted()) == 2
     record = (tmp_path / "data" / "picked.model.json").read_text()
     assert str(fake.paths["ollama"].resolve()) in record
