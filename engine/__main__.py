@@ -108,15 +108,27 @@ def die_with_parent() -> None:
         pass
 
 
-def choose(requested: str, model: Path | None, cache_dir: Path, emit) -> object:
-    """The compute backend; a fallback from `auto` is reported once, as a warning event."""
-    from .backends.select import backend_for_model
+def load_for_backend(requested: str, path: Path | None, cache_dir: Path, emit, progress):
+    """The compute backend and the model loaded for it; a fallback from `auto` is reported
+    once, as a warning event. `auto` moves to the CPU for an architecture the GPU backend
+    does not implement."""
+    from .backends.select import backend_for_model, fit_to_model
+    from .model.model import load_model
 
-    choice = backend_for_model(requested, model, cache_dir)
-    if choice.note:
-        log.warning("%s", choice.note)
-        emit({"type": "warning", "message": choice.note})
-    return choice.backend
+    def announce(choice):
+        if choice.note:
+            log.warning("%s", choice.note)
+            emit({"type": "warning", "message": choice.note})
+
+    choice = backend_for_model(requested, path, cache_dir)
+    announce(choice)
+    model = load_model(path, cache_dir, progress, f32_weights=choice.backend.needs_f32_weights)
+    fitted = fit_to_model(choice, requested, model.config, cache_dir)
+    if fitted is not choice:
+        announce(fitted)
+        if fitted.backend.needs_f32_weights and model.weights is None:
+            model = load_model(path, cache_dir, progress, f32_weights=True)
+    return fitted.backend, model
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,16 +156,15 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, lambda *_: stop_early.set())
 
     from .model.config import RingPolicy
-    from .model.model import load_model
 
     def progress(done: int, total: int) -> None:
         emit({"type": "progress", "phase": "weights", "done": done, "total": total})
 
     try:
-        backend = choose(args.backend, args.model, args.cache_dir or default_cache_dir(), emit)
-        model = load_model(args.model, args.cache_dir or default_cache_dir(), progress,
-                           f32_weights=backend.needs_f32_weights)
-        policy = RingPolicy().scaled_to(args.ring_slots) if args.ring_slots else None
+        backend, model = load_for_backend(args.backend, args.model,
+                                          args.cache_dir or default_cache_dir(), emit, progress)
+        policy = (RingPolicy.for_model(model.config, slots=args.ring_slots)
+                  if args.ring_slots else None)
     except (ChannelError, ValueError, OSError) as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         emit({"type": "error", "code": "fatal", "fatal": True, "message": message})
@@ -169,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     from .session.session_models import SessionModels
 
     def load_another(path: Path):  # a session's recorded model, or one `open` names
+        from .model.model import load_model
+
         return load_model(path, args.cache_dir or default_cache_dir(), progress,
                           f32_weights=backend.needs_f32_weights)
 

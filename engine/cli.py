@@ -158,7 +158,23 @@ def pick_backend(args: argparse.Namespace):
                                cache_dir(args))
     if choice.note:
         print(f"channel: note: {choice.note}", file=sys.stderr)
-    return choice.backend
+    return choice
+
+
+def backend_and_model(args: argparse.Namespace):
+    """The backend for --backend and the model loaded for it. `auto` moves to the CPU when
+    the model's architecture is one the GPU backend does not implement."""
+    from .backends.select import fit_to_model
+
+    choice = pick_backend(args)
+    model = load_model_with_progress(args, choice.backend)
+    fitted = fit_to_model(choice, _opt(args, "backend", "auto"), model.config, cache_dir(args))
+    if fitted is not choice:
+        if fitted.note:
+            print(f"channel: note: {fitted.note}", file=sys.stderr)
+        if fitted.backend.needs_f32_weights and model.weights is None:
+            model = load_model_with_progress(args, fitted.backend)
+    return fitted.backend, model
 
 
 def load_model_with_progress(args: argparse.Namespace, backend=None):
@@ -188,8 +204,7 @@ def _chat(args: argparse.Namespace) -> int:
 
     name = check_session_name(_opt(args, "session", "default"))
     _session_model(args, name)
-    backend = pick_backend(args)
-    model = load_model_with_progress(args, backend)
+    backend, model = backend_and_model(args)
     session = Session(model, data_dir(args), name, backend=backend)
     boot = session.boot(cold=bool(_opt(args, "cold", False)))
     _remember_model(args, name, model)
@@ -265,8 +280,7 @@ def _perplexity(args: argparse.Namespace) -> int:
     from .tools.perplexity import perplexity
 
     text = args.text.read_text(encoding="utf-8")
-    backend = pick_backend(args)
-    model = load_model_with_progress(args, backend)
+    backend, model = backend_and_model(args)
     result = perplexity(model, text, args.ring_slots, backend)
     if args.json:
         print(json.dumps(result))
@@ -324,7 +338,7 @@ def _bench(args: argparse.Namespace) -> int:
     from .tools.bench import run_benchmarks
 
     result = run_benchmarks(_opt(args, "model"), cache_dir(args), quick=args.quick,
-                            scratch_dir=data_dir(args), backend=pick_backend(args))
+                            scratch_dir=data_dir(args), backend=pick_backend(args).backend)
     print(json.dumps(result))
     return 0
 

@@ -1,14 +1,17 @@
-"""Writes a random-weight llama-architecture GGUF of any geometry, with SmolLM2's real tokenizer.
+"""Writes a random-weight GGUF of any supported architecture and geometry, with a real tokenizer.
 
 Why it exists: to benchmark Channel (and llama.cpp beside it) on large geometries, such as a
 1.7B-class model, without downloading weights, and to give tests tiny models of a chosen shape.
 The weights are random (the text generated is garbage), but the file is a well-formed GGUF that
-llama.cpp and engine/gguf_file.py both load: llama.cpp's tensor names and `llama.*` metadata
+llama.cpp and engine/gguf_file.py both load: llama.cpp's tensor names and `<arch>.*` metadata
 keys, every `tokenizer.*` key (vocabulary, merges, special ids, chat template) copied from the
-shipped SmolLM2 GGUF, 1-D norm tensors in F32, and tied embeddings unless --untied.
+shipped SmolLM2 GGUF (or --tokenizer-from), 1-D norm and bias tensors in F32, and tied
+embeddings unless --untied. The tensors are the ones engine/model/architecture.py lists for --arch.
 
     .venv/bin/python scripts/make_synthetic_gguf.py /tmp/synth/tiny.gguf --preset tiny
     .venv/bin/python scripts/make_synthetic_gguf.py /tmp/synth/1.7b.gguf --preset 1.7b
+    .venv/bin/python scripts/make_synthetic_gguf.py /tmp/synth/qwen3.gguf --preset qwen3-0.6b \\
+        --tokenizer-from tests/fixtures/vocab/qwen2.gguf
     .venv/bin/python scripts/make_synthetic_gguf.py OUT.gguf --layers 24 --d-model 2048 \\
         --heads 32 --kv-heads 32 --ffn 8192 --type Q4_0 --seed 0
 
@@ -33,23 +36,23 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from gguf import (
     GGML_QUANT_SIZES,
     GGMLQuantizationType,
-    GGUFReader,
-    GGUFValueType,
     GGUFWriter,
     LlamaFileType,
-    ReaderField,
     quants,
 )
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # for tests.tiny_model, shared with the test suite
+
+from engine.model.architecture import ARCHITECTURES  # noqa: E402
+from tests.tiny_model import TinySpec, copy_tokenizer, tensor_shapes  # noqa: E402
+
 TOKENIZER_MODEL = "SmolLM2-135M-Instruct.Q4_1.gguf"
-ARCH = "llama"
 WEIGHT_STD = 0.02  # like a freshly initialised transformer: activations stay finite
 CHUNK_ELEMENTS = 1 << 23  # f32 values generated and quantized at a time (32 MiB)
 
@@ -88,12 +91,21 @@ class Geometry:
     rope_theta: float
     rms_eps: float
     qtype: str
+    arch: str = "llama"  # a key of engine.model.architecture.ARCHITECTURES
+    head_dim: int = 0  # 0: d_model / heads; else written as attention.key_length (Qwen3)
+
+    @property
+    def hd(self) -> int:
+        return self.head_dim or self.d_model // self.heads
 
 
 PRESETS: dict[str, Geometry] = {
     # SmolLM2-1.7B's shape (its vocabulary is the same 49152-token one).
     "1.7b": Geometry(24, 2048, 32, 32, 8192, 8192, 130000.0, 1e-5, "Q4_0"),
     "tiny": Geometry(2, 64, 4, 2, 128, 2048, 10000.0, 1e-5, "Q4_0"),
+    # Qwen2.5-0.5B's and Qwen3-0.6B's shapes (pass --tokenizer-from a qwen2 vocabulary).
+    "qwen2.5-0.5b": Geometry(24, 896, 14, 2, 4864, 32768, 1e6, 1e-6, "Q4_0", "qwen2"),
+    "qwen3-0.6b": Geometry(28, 1024, 16, 8, 3072, 40960, 1e6, 1e-6, "Q4_0", "qwen3", 128),
 }
 DEFAULT = PRESETS["tiny"]
 
@@ -122,37 +134,6 @@ def shipped_model_path() -> Path:
     return Path(found[0])
 
 
-def field_value(field: ReaderField) -> tuple[Any, GGUFValueType, GGUFValueType | None]:
-    """A reader field as (value, type, array element type); strings stay raw bytes."""
-    main = field.types[0]
-    if main == GGUFValueType.STRING:
-        return bytes(field.parts[field.data[0]]), main, None
-    if main != GGUFValueType.ARRAY:
-        return field.contents(), main, None
-    if len(field.types) != 2:
-        raise SystemExit(f"nested array metadata is not supported: {field.name}")
-    sub = field.types[1]
-    if sub == GGUFValueType.STRING:
-        return [bytes(field.parts[i]) for i in field.data], main, sub
-    return field.contents(), main, sub
-
-
-def copy_tokenizer(writer: GGUFWriter, source: Path) -> int:
-    """Copy every tokenizer.* key from `source`; returns the vocabulary size."""
-    reader = GGUFReader(source, "r")
-    n_vocab = 0
-    for key, field in reader.fields.items():
-        if not key.startswith("tokenizer."):
-            continue
-        value, vtype, sub = field_value(field)
-        writer.add_key_value(key, value, vtype, sub_type=sub)
-        if key == "tokenizer.ggml.tokens":
-            n_vocab = len(value)
-    if not n_vocab:
-        raise SystemExit(f"{source} has no tokenizer.ggml.tokens")
-    return n_vocab
-
-
 def matrix_type(want: QT, row_length: int, noted: set[tuple[QT, int]]) -> QT:
     """`want`, or the first of Q8_0 and F16 that fits rows of `row_length` (as llama.cpp's
     quantizer falls back when a row is not a whole number of blocks)."""
@@ -167,30 +148,20 @@ def matrix_type(want: QT, row_length: int, noted: set[tuple[QT, int]]) -> QT:
 
 
 def tensor_plan(geo: Geometry, n_vocab: int, embd_type: QT, untied: bool) -> list[Tensor]:
-    d, hd = geo.d_model, geo.d_model // geo.heads
+    """Every tensor the architecture table asks for (tests/tiny_model.py's shapes)."""
     want = TYPES[geo.qtype]
     noted: set[tuple[QT, int]] = set()
-
-    def matrix(name: str, rows: int, cols: int, qtype: QT = want) -> Tensor:
-        return Tensor(name, (rows, cols), matrix_type(qtype, cols, noted), "matrix")
-
-    plan = [matrix("token_embd.weight", n_vocab, d, embd_type)]
-    for i in range(geo.layers):
-        b = f"blk.{i}"
-        plan += [
-            Tensor(f"{b}.attn_norm.weight", (d,), QT.F32, "norm"),
-            matrix(f"{b}.attn_q.weight", geo.heads * hd, d),
-            matrix(f"{b}.attn_k.weight", geo.kv_heads * hd, d),
-            matrix(f"{b}.attn_v.weight", geo.kv_heads * hd, d),
-            matrix(f"{b}.attn_output.weight", d, geo.heads * hd),
-            Tensor(f"{b}.ffn_norm.weight", (d,), QT.F32, "norm"),
-            matrix(f"{b}.ffn_gate.weight", geo.ffn, d),
-            matrix(f"{b}.ffn_up.weight", geo.ffn, d),
-            matrix(f"{b}.ffn_down.weight", d, geo.ffn),
-        ]
-    plan.append(Tensor("output_norm.weight", (d,), QT.F32, "norm"))
-    if untied:
-        plan.append(matrix("output.weight", n_vocab, d, embd_type))
+    spec = TinySpec(n_layers=geo.layers, d_model=geo.d_model, n_heads=geo.heads,
+                    n_kv_heads=geo.kv_heads, ffn_dim=geo.ffn, architecture=geo.arch,
+                    tied=not untied, head_dim=geo.head_dim)
+    plan = []
+    for name, shape in tensor_shapes(spec, n_vocab).items():
+        if len(shape) == 1:  # norms are ones, biases zeros; F32 as converters write them
+            kind = "bias" if name.endswith(".bias") else "norm"
+            plan.append(Tensor(name, shape, QT.F32, kind))
+            continue
+        qtype = embd_type if name in ("token_embd.weight", "output.weight") else want
+        plan.append(Tensor(name, shape, matrix_type(qtype, shape[1], noted), "matrix"))
     return plan
 
 
@@ -243,8 +214,8 @@ def encode(values: np.ndarray, qtype: QT) -> np.ndarray:
 
 def chunks(t: Tensor, rng: np.random.Generator) -> Iterator[np.ndarray]:
     """The tensor's f32 values, a bounded number of rows at a time."""
-    if t.kind == "norm":
-        yield np.ones(t.shape, dtype=np.float32)
+    if t.kind in ("norm", "bias"):
+        yield (np.ones if t.kind == "norm" else np.zeros)(t.shape, dtype=np.float32)
         return
     rows, cols = t.shape
     step = max(1, CHUNK_ELEMENTS // cols)
@@ -276,20 +247,20 @@ def write_gguf(
     tokenizer_from: Path,
     name: str | None,
 ) -> None:
-    if geo.d_model % geo.heads or geo.heads % geo.kv_heads:
+    if (not geo.head_dim and geo.d_model % geo.heads) or geo.heads % geo.kv_heads:
         raise SystemExit(
             f"heads ({geo.heads}) must divide d_model ({geo.d_model}) and be a "
             f"multiple of kv heads ({geo.kv_heads})"
         )
-    head_dim = geo.d_model // geo.heads
+    head_dim = geo.hd
     if head_dim % 2:
         raise SystemExit(f"RoPE needs an even head dim, got {head_dim}")
     qtype = TYPES[geo.qtype]
     tmp = out.with_name(out.name + ".tmp")
-    writer = GGUFWriter(tmp, ARCH)
+    writer = GGUFWriter(tmp, geo.arch)
     n_vocab = copy_tokenizer(writer, tokenizer_from)
     label = name or (
-        f"synthetic-llama-{geo.layers}L-{geo.d_model}d-{geo.heads}h-"
+        f"synthetic-{geo.arch}-{geo.layers}L-{geo.d_model}d-{geo.heads}h-"
         f"{geo.kv_heads}kv-{geo.ffn}ffn-{geo.qtype}"
     )
     writer.add_name(label)
@@ -303,6 +274,9 @@ def write_gguf(
     writer.add_rope_freq_base(geo.rope_theta)
     writer.add_layer_norm_rms_eps(geo.rms_eps)
     writer.add_rope_dimension_count(head_dim)
+    if geo.head_dim:
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
     writer.add_vocab_size(n_vocab)
     writer.add_file_type(int(FILE_TYPES[qtype]))
     writer.add_quantization_version(2)  # ggml's QK format version (GGML_QNT_VERSION)
@@ -349,7 +323,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--heads", type=int)
     parser.add_argument("--kv-heads", type=int)
     parser.add_argument("--ffn", type=int, help="feed-forward (MLP hidden) size")
-    parser.add_argument("--context", type=int, help="llama.context_length")
+    parser.add_argument("--context", type=int, help="<arch>.context_length")
     parser.add_argument("--rope-theta", type=float)
     parser.add_argument("--rms-eps", type=float)
     parser.add_argument(
@@ -368,6 +342,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="write a separate output.weight instead of tying it to token_embd",
     )
+    parser.add_argument("--arch", choices=sorted(ARCHITECTURES), help="general.architecture")
+    parser.add_argument("--head-dim", type=int, help="attention.key_length (default d/heads)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--name", help="general.name (default: describes the geometry)")
     parser.add_argument(
@@ -391,6 +367,8 @@ def geometry_from_args(args: argparse.Namespace) -> Geometry:
         "rope_theta",
         "rms_eps",
         "qtype",
+        "arch",
+        "head_dim",
     )
     overrides = {f: getattr(args, f) for f in fields if getattr(args, f) is not None}
     return replace(geo, **overrides)

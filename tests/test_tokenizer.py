@@ -66,12 +66,17 @@ def test_vocabulary_facts(tok: Tokenizer) -> None:
     assert tok.token_to_id("<|im_end|>") == 2
     assert tok.token_to_id("Ġ") == 216  # byte-level spelling of " "
     assert tok.token_to_id("no such token") is None
+    # As llama.cpp: eos <|im_end|>, <|endoftext|> and the FIM <reponame> marker end a reply.
+    assert tok.add_bos == FIXTURE["add_bos"]
+    assert tok.end_of_generation_ids == set(FIXTURE["end_of_generation_ids"])
+    assert {0, 2} <= tok.end_of_generation_ids
 
 
 @pytest.mark.real_model
 def test_json_round_trip_keeps_ids(tok: Tokenizer) -> None:
     again = Tokenizer.from_json(tok.to_json())
     assert (again.vocab_size, again.bos_id, again.eos_id) == (49152, 1, 2)
+    assert again.end_of_generation_ids == tok.end_of_generation_ids
     for case in CASES:
         parse_special = case.get("parse_special", True)
         assert again.encode(case["text"], parse_special=parse_special) == case["ids"]
@@ -137,11 +142,11 @@ def test_unknown_pre_tokenizer_is_refused() -> None:
         Tokenizer.from_vocab(tokens, [], types, bos_id=None, eos_id=None, pre="bogus")
 
 
-def test_sentencepiece_gguf_is_refused(tmp_path: Path) -> None:
+def test_sentencepiece_gguf_without_byte_tokens_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "spm.gguf"
     writer = gguf.GGUFWriter(str(path), arch="llama")
     writer.add_tokenizer_model("llama")  # SentencePiece, as in TinyLlama or Mistral GGUFs
-    writer.add_token_list(["<unk>", "<s>", "</s>"])
+    writer.add_token_list(["<unk>", "<s>", "</s>"])  # but no <0xNN> byte-fallback tokens
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -149,4 +154,4 @@ def test_sentencepiece_gguf_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedTokenizerError) as info:
         Tokenizer.from_gguf(gguf.GGUFReader(str(path)))
     assert issubclass(UnsupportedTokenizerError, ValueError)
-    assert "'llama'" in str(info.value) and "\n" not in str(info.value)
+    assert "<0x00>" in str(info.value) and "\n" not in str(info.value)

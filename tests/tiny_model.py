@@ -1,4 +1,4 @@
-"""Writes small random-weight llama GGUFs with gguf.GGUFWriter, for fast tests.
+"""Writes small random-weight GGUFs of every supported architecture, for fast tests.
 
 The vocabulary is GPT-2's 256 byte symbols plus a few merges and ChatML control tokens, so the
 real tokenizer and chat-template code paths run on it.
@@ -6,12 +6,16 @@ real tokenizer and chat-template code paths run on it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import gguf
 import numpy as np
 from gguf import GGMLQuantizationType as QT
+
+from engine.model.architecture import ARCHITECTURES
 
 CHATML = (
     "{% for message in messages %}"
@@ -35,9 +39,16 @@ class TinySpec:
     context_length: int = 256
     rope_theta: float = 10000.0
     tensor_type: QT = QT.F32
-    architecture: str = "llama"
+    architecture: str = "llama"  # any key of engine.model.architecture.ARCHITECTURES
     tied: bool = True
     seed: int = 0
+    head_dim: int = 0  # 0: d_model / n_heads; else written as attention.key_length (qwen3)
+    rope_freq_factors: bool = False  # a Llama 3 style rope_freqs.weight tensor
+    rope_linear_factor: float = 0.0  # linear RoPE scaling factor (0: none)
+
+    @property
+    def hd(self) -> int:
+        return self.head_dim or self.d_model // self.n_heads
 
 
 # K-quant super-blocks (256 weights) that gguf-py can dequantize but not produce: random bytes,
@@ -75,36 +86,119 @@ def tiny_vocab() -> tuple[list[str], list[int]]:
     return tokens, types
 
 
-def write_tiny_gguf(path: Path, spec: TinySpec = TinySpec()) -> Path:
-    tokens, types = tiny_vocab()
-    vocab, d, f = len(tokens), spec.d_model, spec.ffn_dim
-    head_dim = d // spec.n_heads
+# Llama 3.1's rope_scaling, with the original context shrunk so that a tiny model's few
+# frequencies fall in all three bands (kept, divided by `factor`, smoothly in between).
+LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                  "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+
+
+def llama3_rope_factors(head_dim: int, theta: float, scaling: dict = LLAMA3_SCALING) -> np.ndarray:
+    """The rope_freqs tensor llama.cpp's converter writes for Llama 3.1+ (convert_hf_to_gguf
+    LlamaModel.generate_extra_tensors): a divisor per frequency."""
+    factor, old_context = scaling["factor"], scaling["original_max_position_embeddings"]
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    freqs = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    out = []
+    for freq in freqs:
+        wavelen = 2 * np.pi / freq
+        if wavelen < old_context / high:
+            out.append(1.0)
+        elif wavelen > old_context / low:
+            out.append(factor)
+        else:
+            smooth = (old_context / wavelen - low) / (high - low)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.asarray(out, dtype=np.float32)
+
+
+def field_value(field: gguf.ReaderField) -> tuple[Any, gguf.GGUFValueType, Any]:
+    """A reader field as (value, type, array element type); strings stay raw bytes."""
+    main = field.types[0]
+    if main == gguf.GGUFValueType.STRING:
+        return bytes(field.parts[field.data[0]]), main, None
+    if main != gguf.GGUFValueType.ARRAY:
+        return field.contents(), main, None
+    if len(field.types) != 2:
+        raise ValueError(f"nested array metadata is not supported: {field.name}")
+    sub = field.types[1]
+    if sub == gguf.GGUFValueType.STRING:
+        return [bytes(field.parts[i]) for i in field.data], main, sub
+    return field.contents(), main, sub
+
+
+def copy_tokenizer(writer: gguf.GGUFWriter, source: Path) -> int:
+    """Copy every tokenizer.* key from the GGUF `source`; returns the vocabulary size.
+    Pass `functools.partial(copy_tokenizer, source=...)` as write_tiny_gguf's tokenizer."""
+    reader = gguf.GGUFReader(source, "r")
+    n_vocab = 0
+    for key, field in reader.fields.items():
+        if not key.startswith("tokenizer."):
+            continue
+        value, vtype, sub = field_value(field)
+        writer.add_key_value(key, value, vtype, sub_type=sub)
+        if key == "tokenizer.ggml.tokens":
+            n_vocab = len(value)
+    if not n_vocab:
+        raise ValueError(f"{source} has no tokenizer.ggml.tokens")
+    return n_vocab
+
+
+def tensor_shapes(spec: TinySpec, vocab: int) -> dict[str, tuple[int, ...]]:
+    """Every tensor the architecture table asks for, with its numpy-order shape."""
+    arch = ARCHITECTURES[spec.architecture]
+    d, f, hd = spec.d_model, spec.ffn_dim, spec.hd
+    q, kv = spec.n_heads * hd, spec.n_kv_heads * hd
+    by_role = {
+        "token_embd.weight": (vocab, d), "output.weight": (vocab, d), "output_norm.weight": (d,),
+        "rope_freqs.weight": (hd // 2,),
+        "attn_norm.weight": (d,), "ffn_norm.weight": (d,),
+        "attn_q.weight": (q, d), "attn_k.weight": (kv, d), "attn_v.weight": (kv, d),
+        "attn_qkv.weight": (q + 2 * kv, d), "attn_output.weight": (d, q),
+        "attn_q.bias": (q,), "attn_k.bias": (kv,), "attn_v.bias": (kv,),
+        "attn_q_norm.weight": (hd,), "attn_k_norm.weight": (hd,),
+        "ffn_gate.weight": (f, d), "ffn_down.weight": (d, f),
+        "ffn_up.weight": (2 * f, d) if arch.fused_gate_up else (f, d),
+    }
+    names = arch.model_tensors(spec.n_layers, spec.tied, spec.rope_freq_factors)
+    return {name: by_role[name.split(".", 2)[-1] if name.startswith("blk.") else name]
+            for name in names}
+
+
+def write_tiny_gguf(path: Path, spec: TinySpec = TinySpec(),
+                    tokenizer: Callable[[gguf.GGUFWriter], int] | None = None) -> Path:
+    """Write a random-weight GGUF of `spec`. `tokenizer(writer)` may write another
+    vocabulary's tokenizer.* keys and return its size; the default is the tiny byte vocab."""
     rng = np.random.default_rng(spec.seed)
     w = gguf.GGUFWriter(str(path), spec.architecture)
-    w.add_name("tiny-test-llama")
+    w.add_name(f"tiny-test-{spec.architecture}")
+    vocab = _add_tiny_tokenizer(w) if tokenizer is None else tokenizer(w)
+    d, f, hd = spec.d_model, spec.ffn_dim, spec.hd
     w.add_block_count(spec.n_layers)
     w.add_context_length(spec.context_length)
     w.add_embedding_length(d)
     w.add_feed_forward_length(f)
     w.add_head_count(spec.n_heads)
     w.add_head_count_kv(spec.n_kv_heads)
+    if spec.head_dim:
+        w.add_key_length(hd)
+        w.add_value_length(hd)
     w.add_rope_freq_base(spec.rope_theta)
+    if spec.rope_linear_factor:
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(spec.rope_linear_factor)
     w.add_layer_norm_rms_eps(1e-5)
-    w.add_rope_dimension_count(head_dim)
+    w.add_rope_dimension_count(hd)
     w.add_vocab_size(vocab)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("smollm")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(MERGES)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_chat_template(CHATML)
 
-    def add(name: str, shape: tuple[int, ...], scale: float = 0.08, norm: bool = False) -> None:
-        if norm:
-            w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32))
+    def add(name: str, shape: tuple[int, ...]) -> None:
+        if name == "rope_freqs.weight":
+            w.add_tensor(name, llama3_rope_factors(hd, spec.rope_theta))
             return
+        if len(shape) == 1:  # norms near 1, biases near 0; always F32, as converters write
+            base = 0.0 if name.endswith(".bias") else 1.0
+            w.add_tensor(name, (base + 0.1 * rng.standard_normal(shape)).astype(np.float32))
+            return
+        scale = 0.5 if name == "token_embd.weight" else 0.08
         data = (scale * rng.standard_normal(shape)).astype(np.float32)
         if spec.tensor_type in K_QUANT_SCALES:
             w.add_tensor(name, random_k_quant(shape, spec.tensor_type, rng),
@@ -117,23 +211,23 @@ def write_tiny_gguf(path: Path, spec: TinySpec = TinySpec()) -> Path:
             w.add_tensor(name, gguf.quants.quantize(data, spec.tensor_type),
                          raw_dtype=spec.tensor_type)
 
-    add("token_embd.weight", (vocab, d), scale=0.5)
-    add("output_norm.weight", (d,), norm=True)
-    if not spec.tied:
-        add("output.weight", (vocab, d))
-    kv = spec.n_kv_heads * head_dim
-    for i in range(spec.n_layers):
-        add(f"blk.{i}.attn_norm.weight", (d,), norm=True)
-        add(f"blk.{i}.attn_q.weight", (d, d))
-        add(f"blk.{i}.attn_k.weight", (kv, d))
-        add(f"blk.{i}.attn_v.weight", (kv, d))
-        add(f"blk.{i}.attn_output.weight", (d, d))
-        add(f"blk.{i}.ffn_norm.weight", (d,), norm=True)
-        add(f"blk.{i}.ffn_gate.weight", (f, d))
-        add(f"blk.{i}.ffn_up.weight", (f, d))
-        add(f"blk.{i}.ffn_down.weight", (d, f))
+    for name, shape in tensor_shapes(spec, vocab).items():
+        add(name, shape)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def _add_tiny_tokenizer(w: gguf.GGUFWriter) -> int:
+    tokens, types = tiny_vocab()
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("smollm")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(MERGES)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_chat_template(CHATML)
+    return len(tokens)

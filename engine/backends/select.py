@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..model.config import ModelConfig
 from ..process.protocol import BACKEND_CHOICES
 from .base import Backend
 from .ggml.lib import available as ggml_problem
@@ -50,6 +51,21 @@ def choose_backend(requested: str, cache_dir: Path | None = None,
     vulkan = _auto_vulkan(cache_dir, model_fingerprint)
     if vulkan is not None:
         return Choice(vulkan, None)
+    return _cpu_choice(cache_dir)
+
+
+def fit_to_model(choice: Choice, requested: str, cfg: ModelConfig,
+                 cache_dir: Path | None = None) -> Choice:
+    """`auto` never keeps a backend that cannot run the loaded model: the Vulkan shaders
+    implement the llama family only, so another architecture runs on the CPU, silently."""
+    if requested != "auto" or choice.backend.name != "vulkan":
+        return choice
+    from .vulkan.backend import model_problem  # noqa: PLC0415 - needs the vulkan package
+
+    return choice if model_problem(cfg) is None else _cpu_choice(cache_dir)
+
+
+def _cpu_choice(cache_dir: Path | None) -> Choice:
     problem = ggml_problem()
     if problem is None:
         from .ggml.backend import GgmlBackend  # noqa: PLC0415

@@ -52,6 +52,16 @@ class ModelConfig:
     def qkv_dim(self) -> int:
         return self.q_dim + 2 * self.kv_dim
 
+    def kv_bytes_per_slot(self, key_itemsize: int, value_itemsize: int) -> int:
+        """Bytes one ring slot's keys and values take over all layers."""
+        return self.n_layers * self.kv_dim * (key_itemsize + value_itemsize)
+
+
+# K/V bytes a conversation's ring may take by default: SmolLM2, Qwen2.5-7B and Llama-3-8B all
+# get the full 4096 slots (35, 86 and 197 KB per slot in f32); a 70B model gets 2048.
+DEFAULT_RING_BUDGET = 1 << 30
+RING_GRANULE = 256  # budget-limited rings are a whole number of eviction batches
+
 
 @dataclass(frozen=True)
 class RingPolicy:
@@ -82,7 +92,9 @@ class RingPolicy:
             raise ValueError(f"salience_decay must be in (0, 1], got {self.salience_decay}")
 
     def scaled_to(self, max_slots: int) -> RingPolicy:
-        """The default policy shrunk proportionally for a small ring (tests, perplexity)."""
+        """The default policy shrunk proportionally for a smaller ring."""
+        if max_slots >= self.max_slots:
+            return self
         return RingPolicy(
             max_slots=max_slots,
             recent_window=min(self.recent_window, max(1, max_slots // 8)),
@@ -92,12 +104,20 @@ class RingPolicy:
         )
 
     @staticmethod
-    def for_model(cfg: ModelConfig) -> RingPolicy:
-        """The default ring, shrunk to fit a model whose context is shorter than it."""
-        default = RingPolicy()
-        if cfg.context_length >= default.max_slots:
-            return default
-        return default.scaled_to(cfg.context_length)
+    def for_model(cfg: ModelConfig, slot_bytes: int | None = None, slots: int | None = None,
+                  budget_bytes: int = DEFAULT_RING_BUDGET) -> RingPolicy:
+        """The ring for `cfg`: `slots` if asked for (at most the trained context), else the
+        default 4096, shrunk to the model's context and to what `budget_bytes` of K/V holds
+        at `slot_bytes` per slot (default: f32 keys and values)."""
+        if slots is not None:
+            if slots > cfg.context_length:
+                raise ValueError(
+                    f"a ring of {slots} slots is longer than the model's trained context "
+                    f"({cfg.context_length} tokens)")
+            return RingPolicy(max_slots=slots) if slots >= 4096 else RingPolicy().scaled_to(slots)
+        per_slot = slot_bytes or cfg.kv_bytes_per_slot(4, 4)
+        fits = max(RING_GRANULE, budget_bytes // per_slot // RING_GRANULE * RING_GRANULE)
+        return RingPolicy().scaled_to(min(RingPolicy.max_slots, cfg.context_length, fits))
 
     def as_dict(self) -> dict:
         return {

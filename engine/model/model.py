@@ -27,7 +27,7 @@ from .tokenizer import Tokenizer
 from .weights import Weights, build_image, map_image
 
 Progress = Callable[[int, int], None]
-META_VERSION = 2
+META_VERSION = 3  # 2: architecture fields in the config; 3: the tokenizer's add_bos and EOG set
 
 
 @dataclass(frozen=True)

@@ -1,110 +1,70 @@
-"""Byte-level BPE tokenizer built from a GGUF's vocabulary, matching llama.cpp's token ids.
+"""Tokenizer built from a GGUF's vocabulary, matching llama.cpp's token ids.
 
 The GGUF stores the tokenizer as plain lists (`tokenizer.ggml.*`). We rebuild it with HF
-`tokenizers`, so encoding runs in Rust, and mirror llama.cpp's pre-tokenizer for the GGUF's
-`tokenizer.ggml.pre` name. tests/test_tokenizer.py checks the ids against llama.cpp's own.
+`tokenizers`, so encoding runs in Rust: byte-level BPE with llama.cpp's pre-tokenizer for the
+GGUF's `tokenizer.ggml.pre` name (pretokenizers.py), or SentencePiece-style BPE with byte
+fallback (spm.py). Special tokens follow llama.cpp's rules (vocab.py). tests/test_tokenizer*.py
+check the ids against llama.cpp's own on real vocabularies.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, decoders
 from tokenizers import Tokenizer as HFTokenizer
 
-# llama.cpp token types (gguf.TokenType); spelled out so this module needs no gguf import.
-_TYPE_UNKNOWN = 2
-_TYPE_CONTROL = 3
-_TYPE_USER_DEFINED = 4
+from .pretokenizers import build_byte_level_bpe, pre_tokenizer_spec
+from .spm import build_sentencepiece_bpe
+from .vocab import TYPE_USER_DEFINED, UnsupportedTokenizerError, Vocab
 
-# llama-3's split regex as HF's tokenizer.json writes it; llama.cpp runs an equivalent one.
-_LLAMA3_REGEX = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
+__all__ = ["StreamDecoder", "Tokenizer", "UnsupportedTokenizerError"]
 
-
-def _digits_then_gpt2() -> pre_tokenizers.PreTokenizer:
-    # llama.cpp's smollm group runs "\p{N}" and then the GPT-2 regex; HF spells that as
-    # Digits(individual) followed by ByteLevel's built-in GPT-2 regex.
-    return pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Digits(individual_digits=True),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-        ]
-    )
-
-
-def _gpt2() -> pre_tokenizers.PreTokenizer:
-    return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-
-
-def _llama3() -> pre_tokenizers.PreTokenizer:
-    return pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(_LLAMA3_REGEX), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-
-
-# `tokenizer.ggml.pre` name -> (pre-tokenizer factory, ignore_merges). The groups follow
-# llama-vocab.cpp, which gives every name in a group the same regexes. The tests check
-# 'smollm' against llama.cpp; gpt-2, llama-bpe, mpt, starcoder, refact and command-r were
-# checked by hand against llama.cpp's vocab test files (models/ggml-vocab-*.gguf); the
-# remaining names share a group with a checked one.
-_PRE_TOKENIZERS: dict[str, tuple[Callable[[], pre_tokenizers.PreTokenizer], bool]] = {
-    **dict.fromkeys(
-        (
-            "smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b",
-            "mellum2",
-        ),
-        (_digits_then_gpt2, False),
-    ),
-    **dict.fromkeys(("gpt-2", "phi-2", "mpt", "olmo", "jais"), (_gpt2, False)),
-    # llama-3 also sets ignore_merges: whole words found in the vocab skip the merge loop.
-    **dict.fromkeys(("llama3", "llama-v3", "llama-bpe", "falcon3"), (_llama3, True)),
-}
-
-
-class UnsupportedTokenizerError(ValueError):
-    """The GGUF's tokenizer is not a byte-level BPE we can rebuild faithfully."""
+_ASCII_SPACE = " \t\n\v\f\r"  # C's isspace, which llama.cpp's whitespace stripping uses
 
 
 class Tokenizer:
     """Encodes text to token ids and back, with the GGUF's control tokens as special tokens."""
 
     def __init__(
-        self, hf: HFTokenizer, vocab_size: int, bos_id: int | None, eos_id: int | None
+        self,
+        hf: HFTokenizer,
+        vocab_size: int,
+        bos_id: int | None,
+        eos_id: int | None,
+        add_bos: bool = False,
+        end_of_generation_ids: frozenset[int] | None = None,
     ) -> None:
         self._hf = hf
         self._vocab_size = vocab_size
         self._bos_id = bos_id
         self._eos_id = eos_id
+        self._add_bos = add_bos
+        self._eog = frozenset(
+            end_of_generation_ids if end_of_generation_ids is not None
+            else ({eos_id} if eos_id is not None else ())
+        )
         # `encode_special_tokens` is tokenizer-wide state, so plain-text encodes flip it
-        # under this lock rather than keeping a second 49k-entry tokenizer around.
+        # under this lock rather than keeping a second copy of the tokenizer around.
         self._lock = threading.Lock()
+        # Special tokens that swallow the whitespace after them (Phi-3) are matched here, not
+        # by HF: llama.cpp strips only ASCII whitespace, HF's rstrip any Unicode space.
+        added = hf.get_added_tokens_decoder()
+        self._partition_specials: list[tuple[str, int, bool, bool]] | None = None
+        if any(token.rstrip for token in added.values()):
+            self._partition_specials = sorted(
+                ((t.content, tid, t.special, t.rstrip) for tid, t in added.items()),
+                key=lambda item: -len(item[0]),
+            )
 
     @classmethod
     def from_gguf(cls, reader: Any) -> Tokenizer:
-        """Build from a `gguf.GGUFReader`'s `tokenizer.ggml.*` fields."""
-        model = _field(reader, "tokenizer.ggml.model", None)
-        if model != "gpt2":
-            raise UnsupportedTokenizerError(
-                f"tokenizer model {model!r} is not supported (only byte-level BPE, 'gpt2')"
-            )
-        tokens = _field(reader, "tokenizer.ggml.tokens")
-        return cls.from_vocab(
-            tokens=tokens,
-            merges=_field(reader, "tokenizer.ggml.merges"),
-            token_types=_field(reader, "tokenizer.ggml.token_type", None) or [1] * len(tokens),
-            bos_id=_field(reader, "tokenizer.ggml.bos_token_id", None),
-            eos_id=_field(reader, "tokenizer.ggml.eos_token_id", None),
-            pre=_field(reader, "tokenizer.ggml.pre", None),
-        )
+        """Build from a `gguf.GGUFReader`'s `tokenizer.ggml.*` fields (and `general.name`,
+        which llama.cpp consults for Phi-3's whitespace rule)."""
+        return cls.from_parsed_vocab(Vocab.from_gguf(reader))
 
     @classmethod
     def from_vocab(
@@ -115,32 +75,42 @@ class Tokenizer:
         bos_id: int | None,
         eos_id: int | None,
         pre: str | None,
+        *,
+        model: str = "gpt2",
+        scores: Sequence[float] | None = None,
+        add_bos: bool | None = None,
+        add_space_prefix: bool | None = None,
+        eot_id: int | None = None,
     ) -> Tokenizer:
-        """Build from GGUF-style lists: merges are "left right" strings."""
-        if pre not in _PRE_TOKENIZERS:
-            raise UnsupportedTokenizerError(f"pre-tokenizer {pre!r} is not supported")
-        if len(token_types) != len(tokens):
-            raise UnsupportedTokenizerError(
-                f"{len(token_types)} token types for {len(tokens)} tokens"
-            )
-        for name, tid in (("bos", bos_id), ("eos", eos_id)):
-            if tid is not None and not 0 <= tid < len(tokens):
-                raise UnsupportedTokenizerError(f"{name} id {tid} outside the vocabulary")
-        make_pre, ignore_merges = _PRE_TOKENIZERS[pre]
+        """Build from GGUF-style lists: merges are "left right" strings (byte-level BPE);
+        `model="llama"` with `scores` builds a SentencePiece tokenizer instead."""
+        if model not in ("gpt2", "llama"):
+            raise UnsupportedTokenizerError(f"tokenizer model {model!r} is not supported")
+        vocab = Vocab.build(
+            model=model, pre=pre, tokens=tokens, types=token_types,
+            scores=scores if scores is not None else [0.0] * len(tokens), merges=merges,
+            special_ids={"bos": bos_id, "eos": eos_id, "eot": eot_id}, add_bos=add_bos,
+            add_space_prefix=model == "llama" if add_space_prefix is None else add_space_prefix,
+        )
+        return cls.from_parsed_vocab(vocab)
+
+    @classmethod
+    def from_parsed_vocab(cls, vocab: Vocab) -> Tokenizer:
+        """Build from a `Vocab` (llama.cpp's special-token rules already applied)."""
         # Later duplicates win, as in llama.cpp's token_to_id map; the earlier id then
         # cannot be produced by encode, exactly as in llama.cpp.
-        vocab = {tok: i for i, tok in enumerate(tokens)}
-        try:
-            bpe = models.BPE(
-                vocab=vocab, merges=_split_merges(merges), ignore_merges=ignore_merges
-            )
-        except Exception as exc:  # the Rust side raises a bare Exception
-            raise UnsupportedTokenizerError(f"BPE vocabulary rejected: {exc}") from exc
-        hf = HFTokenizer(bpe)
-        hf.pre_tokenizer = make_pre()
-        hf.decoder = decoders.ByteLevel()
-        hf.add_tokens(_added_tokens(tokens, token_types))
-        return cls(hf, len(tokens), bos_id, eos_id)
+        text_to_id = {tok: i for i, tok in enumerate(vocab.tokens)}
+        if vocab.model == "llama":
+            hf = build_sentencepiece_bpe(text_to_id, vocab.scores, vocab.add_space_prefix)
+            default_add_bos = True
+        else:
+            spec = pre_tokenizer_spec(vocab.pre)
+            hf = build_byte_level_bpe(text_to_id, vocab.merges, spec)
+            default_add_bos = spec.add_bos
+        hf.add_tokens(_added_tokens(vocab))
+        add_bos = default_add_bos if vocab.add_bos is None else bool(vocab.add_bos)
+        return cls(hf, len(vocab.tokens), vocab.bos_id, vocab.eos_id, add_bos,
+                   vocab.end_of_generation_ids)
 
     def to_json(self) -> str:
         """Serialize for the weight-image cache, so later starts skip the GGUF vocab parse."""
@@ -148,7 +118,8 @@ class Tokenizer:
             hf = self._hf.to_str()
         return json.dumps(
             {"hf": hf, "vocab_size": self._vocab_size, "bos_id": self._bos_id,
-             "eos_id": self._eos_id}
+             "eos_id": self._eos_id, "add_bos": self._add_bos,
+             "end_of_generation_ids": sorted(self._eog)}
         )
 
     @classmethod
@@ -157,7 +128,7 @@ class Tokenizer:
         record = json.loads(text)
         return cls(
             HFTokenizer.from_str(record["hf"]), record["vocab_size"], record["bos_id"],
-            record["eos_id"],
+            record["eos_id"], record["add_bos"], frozenset(record["end_of_generation_ids"]),
         )
 
     @property
@@ -169,16 +140,28 @@ class Tokenizer:
         return self._eos_id
 
     @property
+    def add_bos(self) -> bool:
+        """Whether llama.cpp would put BOS before a prompt (`add_special=True`)."""
+        return self._add_bos and self._bos_id is not None
+
+    @property
+    def end_of_generation_ids(self) -> frozenset[int]:
+        """Tokens that end a reply: llama.cpp's EOG set (eos, eot, eom, end-marker texts)."""
+        return self._eog
+
+    @property
     def vocab_size(self) -> int:
         return self._vocab_size
 
     def token_to_id(self, token: str) -> int | None:
-        """The id of a token spelled as in the vocabulary (byte-level form), or None."""
+        """The id of a token spelled as in the vocabulary (byte-level or "▁" form), or None."""
         return self._hf.token_to_id(token)
 
     def encode(self, text: str, parse_special: bool = True) -> list[int]:
         """Token ids for `text`; no BOS is added. `parse_special=False` is for user text,
         so a typed "<|im_end|>" cannot close a turn (llama.cpp's `special=false`)."""
+        if self._partition_specials is not None:
+            return self._encode_partitioned(text, parse_special)
         with self._lock:
             self._hf.encode_special_tokens = not parse_special
             try:
@@ -186,8 +169,43 @@ class Tokenizer:
             finally:
                 self._hf.encode_special_tokens = False
 
+    def _encode_partitioned(self, text: str, parse_special: bool) -> list[int]:
+        # llama.cpp's tokenizer_st_partition: each special token, longest first, splits every
+        # text fragment; the fragments are then tokenized one by one, with no special tokens
+        # left in them for HF to find.
+        assert self._partition_specials is not None
+        fragments: list[str | int] = [text] if text else []
+        for content, tid, control, rstrip in self._partition_specials:
+            if control and not parse_special:
+                continue
+            split: list[str | int] = []
+            for fragment in fragments:
+                if isinstance(fragment, int):
+                    split.append(fragment)
+                    continue
+                for k, piece in enumerate(fragment.split(content)):
+                    if k > 0:
+                        split.append(tid)
+                        piece = piece.lstrip(_ASCII_SPACE) if rstrip else piece
+                    if piece:
+                        split.append(piece)
+            fragments = split
+        ids: list[int] = []
+        with self._lock:
+            self._hf.encode_special_tokens = True
+            try:
+                for fragment in fragments:
+                    if isinstance(fragment, int):
+                        ids.append(fragment)
+                    else:
+                        ids += self._hf.encode(fragment, add_special_tokens=False).ids
+            finally:
+                self._hf.encode_special_tokens = False
+        return ids
+
     def decode(self, ids: Sequence[int], skip_special: bool = False) -> str:
-        """Text for `ids`; invalid UTF-8 (a cut-off character) becomes U+FFFD."""
+        """Text for `ids`, as llama.cpp's detokenize shows a reply (for SentencePiece, the
+        first piece's leading space dropped); invalid UTF-8 becomes U+FFFD."""
         for tid in ids:
             self._check_id(tid)
         return self._hf.decode(list(ids), skip_special_tokens=skip_special)
@@ -217,36 +235,12 @@ class StreamDecoder:
         return self._stream.step(self._tokenizer._hf, token_id) or ""
 
 
-def _split_merges(merges: Sequence[str]) -> list[tuple[str, str]]:
-    # Byte-level tokens never contain a literal space (it is spelled "Ġ"), so the separator
-    # is unambiguous; llama.cpp searches from index 1 all the same, and so do we.
-    pairs = []
-    for merge in merges:
-        cut = merge.find(" ", 1)
-        if cut < 0:
-            raise UnsupportedTokenizerError(f"malformed merge {merge!r}")
-        pairs.append((merge[:cut], merge[cut + 1 :]))
-    return pairs
-
-
-def _added_tokens(tokens: Sequence[str], token_types: Sequence[int]) -> list[AddedToken]:
+def _added_tokens(vocab: Vocab) -> list[AddedToken]:
     # llama.cpp matches control/unknown tokens only when parsing special tokens, but
     # user-defined ones always; HF's special flag has the same meaning for encode.
-    added = []
-    for tok, kind in zip(tokens, token_types, strict=True):
-        if kind in (_TYPE_CONTROL, _TYPE_UNKNOWN, _TYPE_USER_DEFINED) and tok:
-            special = kind != _TYPE_USER_DEFINED
-            added.append(AddedToken(tok, special=special, normalized=False))
-    return added
-
-
-_MISSING = object()
-
-
-def _field(reader: Any, name: str, default: Any = _MISSING) -> Any:
-    field = reader.fields.get(name)
-    if field is None:
-        if default is _MISSING:
-            raise UnsupportedTokenizerError(f"GGUF has no {name}")
-        return default
-    return field.contents()
+    return [
+        AddedToken(tok, special=kind != TYPE_USER_DEFINED, normalized=False,
+                   rstrip=i in vocab.rstrip_ids)
+        for i, (tok, kind) in enumerate(zip(vocab.tokens, vocab.types, strict=True))
+        if vocab.is_special(i)
+    ]

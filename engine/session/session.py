@@ -32,7 +32,6 @@ from .stream import StreamEvent, StreamLog, StreamRead
 from .transcript import Transcript
 
 log = logging.getLogger("channel.engine")
-END_MARKERS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "</s>")
 
 TextCallback = Callable[[str], None]
 
@@ -79,10 +78,7 @@ class Session:
         self.last_event_id: str | None = None
         self.unusable: str | None = None  # why the state cannot be trusted (reopen it)
         self.stream_offset = 0  # bytes of the stream that boot consumed
-        self.stop_ids = frozenset(
-            i for i in [model.tokenizer.eos_id, *map(model.tokenizer.token_to_id, END_MARKERS)]
-            if i is not None
-        )
+        self.stop_ids = model.tokenizer.end_of_generation_ids  # llama.cpp's EOG set
 
     # -- boot and restore -------------------------------------------------------------------
     def boot(self, cold: bool = False, progress: ReplayProgress | None = None) -> BootReport:

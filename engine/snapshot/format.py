@@ -31,6 +31,7 @@ from ..state.arena import MAX_TURN_BOUNDARIES, SAMPLER_WORDS
 from ..state.layout import align_up
 
 if TYPE_CHECKING:
+    from ..model.config import ModelConfig
     from ..state.conversation import Conversation
 
 SNAPSHOT_MAGIC = b"SNAP"
@@ -258,9 +259,20 @@ def identity_of(conv: Conversation) -> dict:
             "n_kv_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim, "kv_dim": cfg.kv_dim,
             "context_length": cfg.context_length, "vocab_size": cfg.vocab_size,
         },
-        "rope": {"theta": cfg.rope_theta, "dim": cfg.head_dim, "layout": "interleaved"},
+        "rope": rope_identity(cfg),
         "max_slots": conv.policy.max_slots,
     }
+
+
+def rope_identity(cfg: ModelConfig) -> dict:
+    """How cached keys were rotated. Scaling keys appear only when a model has them, so a
+    plain llama's identity is the same as before the architecture table existed."""
+    rope = {"theta": cfg.rope_theta, "dim": cfg.head_dim, "layout": cfg.arch.rope_style}
+    if cfg.rope_freq_scale != 1.0:
+        rope["freq_scale"] = cfg.rope_freq_scale
+    if cfg.rope_freq_factors:
+        rope["freq_factors"] = list(cfg.rope_freq_factors)
+    return rope
 
 
 def identity_bytes(identity: dict) -> bytes:

@@ -40,8 +40,9 @@ class Conversation:
     def __init__(self, model: Model, policy: RingPolicy | None = None, seed: int = 0,
                  backend: Backend | None = None):
         self.model = model
-        self.policy = policy or RingPolicy.for_model(model.config)
         self.backend = backend or NumpyBackend()
+        self.policy = policy or RingPolicy.for_model(
+            model.config, model.config.kv_bytes_per_slot(self.backend.key_dtype.itemsize, 4))
         self.layout = conversation_layout(model.config, self.policy, self.backend.key_dtype,
                                           self.backend.scratch)
         self.arena = StateArena(self.layout, self.backend.arena_allocator())

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...model.architecture import INTERLEAVED
 from ...model.config import ModelConfig
 from .arena_tensors import ArenaTensors
 from .lib import array_at, data_address, free_with, ggml
@@ -142,7 +143,7 @@ class _Builder:
         if self.dequantize and expand:  # repacked layouts have fast batched kernels already
             if "arange" not in self.inputs:  # only a graph that gathers has it
                 cfg = self.cfg
-                widest = max(cfg.ffn_dim, cfg.d_model, cfg.q_dim)  # most rows of any matrix
+                widest = max(2 * cfg.ffn_dim, cfg.qkv_dim, cfg.d_model)  # most rows of any
                 self.input("arange", g.GGML_TYPE_I32, widest, constant=True)
             rows = weight.contents.ne[1]
             index = g.ggml_view_1d(self.ctx, self.inputs["arange"], rows, 0)
@@ -154,18 +155,42 @@ class _Builder:
         return g.ggml_mul(self.ctx, g.ggml_rms_norm(self.ctx, x, self.cfg.rms_eps), weight)
 
     def rope(self, t, positions):
-        cfg = self.cfg
-        # Mode 0 rotates adjacent pairs: the GGUF's permuted Q/K rows, as engine/rope.py does.
-        return self.g.ggml_rope_ext(self.ctx, t, positions, None, cfg.head_dim, 0,
-                                    cfg.context_length, cfg.rope_theta, 1.0, 0.0, 1.0, 0.0, 0.0)
+        cfg, g = self.cfg, self.g
+        # Mode 0 rotates adjacent pairs (llama's permuted Q/K rows), NEOX split halves: the
+        # same layouts as engine/model/rope.py. rope_freqs: Llama 3's per-frequency divisors.
+        mode = 0 if cfg.arch.rope_style == INTERLEAVED else g.GGML_ROPE_TYPE_NEOX
+        return g.ggml_rope_ext(self.ctx, t, positions, self.w.rope_freqs, cfg.head_dim, mode,
+                               cfg.context_length, cfg.rope_theta, cfg.rope_freq_scale,
+                               0.0, 1.0, 0.0, 0.0)
+
+    def project_qkv(self, lw, h, n_q: int):
+        """q (n_q, H, hd), k (n_q, KVH, hd) and v (n_q, kv_dim) from the normed input, with
+        the architecture's bias and QK-norm applied (RoPE not yet)."""
+        g, ctx, cfg = self.g, self.ctx, self.cfg
+        hd, H, KVH = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
+        if lw.wqkv is not None:
+            qkv = self.matmul(lw.wqkv, h)  # (n_q, qkv_dim): q | k | v
+            row, item = qkv.contents.nb[1], qkv.contents.nb[0]
+            q = g.ggml_view_3d(ctx, qkv, hd, H, n_q, hd * item, row, 0)
+            k = g.ggml_view_3d(ctx, qkv, hd, KVH, n_q, hd * item, row, cfg.q_dim * item)
+            v = g.ggml_cont(ctx, g.ggml_view_2d(ctx, qkv, cfg.kv_dim, n_q, row,
+                                                (cfg.q_dim + cfg.kv_dim) * item))
+        else:
+            q, k, v = (self.matmul(w, h) for w in (lw.wq, lw.wk, lw.wv))
+            if lw.bq is not None:
+                q, k, v = (g.ggml_add(ctx, t, b) for t, b in ((q, lw.bq), (k, lw.bk), (v, lw.bv)))
+            q = g.ggml_reshape_3d(ctx, q, hd, H, n_q)
+            k = g.ggml_reshape_3d(ctx, k, hd, KVH, n_q)
+        if lw.q_norm is not None:
+            q = self.norm(q, lw.q_norm)  # over each head's hd values
+            k = self.norm(k, lw.k_norm)
+        return q, k, v
 
     def attention(self, layer: int, lw, x, positions, slots, mask, n_q: int, n_kv: int):
         g, ctx, cfg = self.g, self.ctx, self.cfg
-        hd, H, KVH, G = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads, cfg.group_size
-        h = self.norm(x, lw.attn_norm)
-        q = self.rope(g.ggml_reshape_3d(ctx, self.matmul(lw.wq, h), hd, H, n_q), positions)
-        k = self.rope(g.ggml_reshape_3d(ctx, self.matmul(lw.wk, h), hd, KVH, n_q), positions)
-        v = self.matmul(lw.wv, h)  # (n_q, kv_dim)
+        hd, KVH, G = cfg.head_dim, cfg.n_kv_heads, cfg.group_size
+        q, k, v = self.project_qkv(lw, self.norm(x, lw.attn_norm), n_q)
+        q, k = self.rope(q, positions), self.rope(k, positions)
         k_cache, v_cache = self.arena.k_cache[layer], self.arena.v_cache[layer]
         # Scatter the new rows into their slots first; graph order makes the reads below see them.
         self.emit(g.ggml_set_rows(ctx, k_cache, g.ggml_reshape_2d(ctx, k, cfg.kv_dim, n_q),
@@ -206,5 +231,9 @@ class _Builder:
     def feed_forward(self, lw, x):
         g, ctx = self.g, self.ctx
         h = self.norm(x, lw.ffn_norm)
-        gated = g.ggml_swiglu_split(ctx, self.matmul(lw.w_gate, h), self.matmul(lw.w_up, h))
+        if lw.w_gate is None:  # one product: gate rows then up rows, split by swiglu
+            gated = g.ggml_swiglu(ctx, self.matmul(lw.w_up, h))
+        else:
+            gated = g.ggml_swiglu_split(ctx, self.matmul(lw.w_gate, h),
+                                        self.matmul(lw.w_up, h))
         return self.matmul(lw.w_down, gated)

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import MissingTensorError
+from ...model.architecture import Architecture
 from ...model.model import Model, TensorInfo
 from .lib import free_with, ggml, host_buffer
 from .repack import can_repack, repack_buffer_type
@@ -24,15 +25,23 @@ Tensor = object  # a ctypes pointer to a ggml_tensor
 
 @dataclass(frozen=True)
 class GgmlLayer:
+    """One layer's tensors; which optional ones exist follows the architecture table."""
+
     attn_norm: Tensor
-    wq: Tensor
-    wk: Tensor
-    wv: Tensor
     wo: Tensor
     ffn_norm: Tensor
-    w_gate: Tensor
-    w_up: Tensor
+    w_up: Tensor  # (ffn, d), or (2*ffn, d) gate rows then up rows when w_gate is None
     w_down: Tensor
+    w_gate: Tensor | None = None
+    wq: Tensor | None = None  # None when wqkv holds q, k and v rows
+    wk: Tensor | None = None
+    wv: Tensor | None = None
+    wqkv: Tensor | None = None
+    bq: Tensor | None = None  # projection biases (qwen2)
+    bk: Tensor | None = None
+    bv: Tensor | None = None
+    q_norm: Tensor | None = None  # (head_dim,) QK-norm weights (qwen3)
+    k_norm: Tensor | None = None
 
 
 class GgmlWeights:
@@ -65,7 +74,8 @@ class GgmlWeights:
         self.output_norm = self.tensor("output_norm.weight")
         self.output = (self.token_embd if cfg.tied_embeddings
                        else self.tensor("output.weight"))
-        self.layers = tuple(self._layer(i) for i in range(cfg.n_layers))
+        self.rope_freqs = self._tensors.get("rope_freqs.weight")  # Llama 3 RoPE factors
+        self.layers = tuple(self._layer(i, cfg.arch) for i in range(cfg.n_layers))
         self.nbytes = sum(info.nbytes for info in model.tensors.values())
 
     def _wrap(self, g, name: str, info: TensorInfo, base: int) -> Tensor:
@@ -119,11 +129,23 @@ class GgmlWeights:
         except KeyError:
             raise MissingTensorError(f"the model has no tensor {name!r}") from None
 
-    def _layer(self, i: int) -> GgmlLayer:
-        t = lambda suffix: self.tensor(f"blk.{i}.{suffix}.weight")  # noqa: E731
-        return GgmlLayer(t("attn_norm"), t("attn_q"), t("attn_k"), t("attn_v"),
-                         t("attn_output"), t("ffn_norm"), t("ffn_gate"), t("ffn_up"),
-                         t("ffn_down"))
+    def _layer(self, i: int, arch: Architecture) -> GgmlLayer:
+        def t(name: str, kind: str = "weight") -> Tensor:
+            return self.tensor(f"blk.{i}.{name}.{kind}")
+
+        parts: dict[str, Tensor] = {}
+        if arch.fused_qkv:
+            parts["wqkv"] = t("attn_qkv")
+        else:
+            parts.update(wq=t("attn_q"), wk=t("attn_k"), wv=t("attn_v"))
+        if arch.qkv_bias:
+            parts.update(bq=t("attn_q", "bias"), bk=t("attn_k", "bias"), bv=t("attn_v", "bias"))
+        if arch.qk_norm:
+            parts.update(q_norm=t("attn_q_norm"), k_norm=t("attn_k_norm"))
+        if not arch.fused_gate_up:
+            parts["w_gate"] = t("ffn_gate")
+        return GgmlLayer(attn_norm=t("attn_norm"), wo=t("attn_output"), ffn_norm=t("ffn_norm"),
+                         w_up=t("ffn_up"), w_down=t("ffn_down"), **parts)
 
     def type_names(self) -> dict[str, int]:
         """How many tensors of each ggml type the model has, by type name."""

@@ -13,6 +13,8 @@ import weakref
 
 import numpy as np
 
+from ...model.architecture import INTERLEAVED
+from ...model.config import ModelConfig
 from ...model.model import Model
 from ...state.arena import Allocator
 from ...state.layout import align_up
@@ -20,12 +22,29 @@ from ...state.ring import KVRing
 from .buffers import DeviceBuffer, host_buffer
 from .context import HOST_COHERENT, HOST_VISIBLE, Context, get_context
 from .forward import VulkanForward
+from .loader import UnsupportedModelForVulkanError
 from .pipelines import get_pipelines
 from .tuning import tuning_for
 from .upload import fill_zero
 from .weights import DeviceWeights, upload_weights
 
 PAGE = 4096
+
+
+def model_problem(cfg: ModelConfig) -> str | None:
+    """Why the shaders cannot run this model, or None. They implement the llama layout:
+    interleaved RoPE (any scaling: the tables come from the CPU), no projection biases, no
+    QK-norm, separate q/k/v and gate/up matrices, and q_dim == d_model."""
+    arch = cfg.arch
+    missing = [feature for feature, needed in (
+        ("split-half RoPE", arch.rope_style != INTERLEAVED), ("QKV bias", arch.qkv_bias),
+        ("QK-norm", arch.qk_norm), ("fused QKV", arch.fused_qkv),
+        ("fused gate/up", arch.fused_gate_up), ("heads wider than d_model / n_heads",
+                                                cfg.q_dim != cfg.d_model)) if needed]
+    if missing:
+        return (f"the Vulkan backend does not implement {', '.join(missing)} "
+                f"({cfg.architecture} needs it)")
+    return None
 
 
 def lazy_anonymous_memory(nbytes: int) -> np.ndarray:
@@ -61,6 +80,9 @@ class VulkanBackend:
         return self._allocate_arena
 
     def make_forward(self, model: Model, ring: KVRing) -> VulkanForward:
+        problem = model_problem(model.config)
+        if problem is not None:
+            raise UnsupportedModelForVulkanError(f"{problem}; use --backend ggml")
         buf = self._arena_buffer(ring.arena.base_address, ring.arena.nbytes)
         if model.fingerprint not in self._weights:
             self._weights[model.fingerprint] = upload_weights(self.ctx, model)

@@ -20,6 +20,10 @@ class UnsupportedTensorTypeForVulkanError(ChannelError):
     """The model has a tensor type that the Vulkan shaders cannot read."""
 
 
+class UnsupportedModelForVulkanError(ChannelError):
+    """The model's architecture needs a feature the Vulkan shaders do not implement."""
+
+
 _vk: ModuleType | None = None
 
 
