@@ -179,3 +179,13 @@ def test_bad_model_names_are_one_line_errors(fake: FakeHome) -> None:
         assert done.returncode == 2 and done.stdout == ""
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("channel: error: ") and expected in lines[0]
+
+
+def test_tokenizer_problems_are_the_reason(fake: FakeHome) -> None:
+    """What loading would refuse about the tokenizer, from the header alone."""
+    header = read_header(fake.paths["bundled"])
+    assert problem_of(header) is None
+    header.metadata["tokenizer.ggml.pre"] = "no-such-pre"
+    assert problem_of(header).startswith("pre-tokenizer 'no-such-pre' is not supported")
+    header.metadata["tokenizer.ggml.model"] = "rwkv"
+    assert problem_of(header).startswith("tokenizer model 'rwkv' is not supported")

@@ -24,6 +24,8 @@ from .architecture import support_problem
 from .catalog_sources import Found, Roots, find_ggufs
 from .gguf_file import SUPPORTED_TENSOR_TYPES
 from .gguf_header import GGUFHeader, GGUFHeaderError, read_header
+from .pretokenizers import pre_tokenizer_spec
+from .vocab import UnsupportedTokenizerError
 
 SUPPORTED = "supported"
 
@@ -120,6 +122,23 @@ def problem_of(header: GGUFHeader) -> str | None:
             return f"tensor {t.name} has unknown type code {t.ggml_type}"
         if kind not in SUPPORTED_TENSOR_TYPES:
             return f"tensor {t.name} has unsupported type {kind.name}"
+    return tokenizer_problem(header)
+
+
+def tokenizer_problem(header: GGUFHeader) -> str | None:
+    """The tokenizer checks loading makes (vocab.py, pretokenizers.py) that a header can
+    answer: the tokenizer kind, a vocabulary, and a byte-level BPE's pre-tokenizer."""
+    kind = header.get("tokenizer.ggml.model")
+    if kind not in ("gpt2", "llama"):
+        return (f"tokenizer model {kind!r} is not supported (byte-level BPE 'gpt2' and "
+                f"SentencePiece 'llama' are)")
+    if not header.metadata.get("tokenizer.ggml.tokens"):
+        return "GGUF has no tokenizer.ggml.tokens"
+    if kind == "gpt2":
+        try:
+            pre_tokenizer_spec(header.get("tokenizer.ggml.pre"))
+        except UnsupportedTokenizerError as exc:
+            return str(exc)
     return None
 
 
