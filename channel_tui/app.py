@@ -12,8 +12,9 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Iterable
 
-from textual.app import App
+from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
@@ -179,6 +180,11 @@ class ChannelApp(App[None]):
             self.exit(return_code=2, message=f"channel: error: {self.chat.fatal_message}")
         else:
             self.exit()
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Choose a model", "List the GGUF models on this machine and "
+                            "start a new session on one (F3)", self.chat.action_models)
 
     def action_help(self) -> None:
         from .screens.help import HelpScreen

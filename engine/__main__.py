@@ -174,10 +174,20 @@ def main(argv: list[str] | None = None) -> int:
         emit({"type": "bye", "reason": "stopped while loading"})
         return 0
 
+    from .model.catalog_sources import default_roots
     from .process.reader import read_requests
     from .process.server import EngineServer
+    from .session.session_models import SessionModels
 
-    server = EngineServer(model, data_dir, emit, args.debounce_s, policy, backend, limits)
+    def load_another(path: Path):  # a session's recorded model, or one `open` names
+        from .model.model import load_model
+
+        return load_model(path, args.cache_dir or default_cache_dir(), progress,
+                          f32_weights=backend.needs_f32_weights)
+
+    models = SessionModels(model, data_dir, load_another, default_roots(os.environ, Path.home()))
+    server = EngineServer(model, data_dir, emit, args.debounce_s, policy, backend, limits,
+                          models)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda n, _f: server.request_shutdown(signal.Signals(n).name))
 

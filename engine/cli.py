@@ -19,6 +19,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = getattr(args, "handler", _run_app)
     try:
+        _resolve_model_option(args)
         return handler(args)
     except (ChannelError, ValueError, OSError) as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -70,6 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(inspect)
     inspect.set_defaults(handler=_snapshot_inspect)
 
+    models = sub.add_parser("models", help="list the GGUF models on this machine")
+    models.add_argument("--json", action="store_true",
+                        help="one JSON object per model, one per line (docs/models.md)")
+    models.set_defaults(handler=_models)
+
     bench = sub.add_parser("bench", help="benchmarks, as JSON")
     _add_common(bench)
     bench.add_argument("--json", action="store_true", help="print one JSON object (default)")
@@ -84,7 +90,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", type=Path, default=d, help="where sessions live")
     p.add_argument("--cache-dir", type=Path, default=d, help="where weight images are cached")
     p.add_argument("--session", default=d, help="session name (default: 'default')")
-    p.add_argument("--model", type=Path, default=d, help="a llama-architecture GGUF")
+    p.add_argument("--model", default=d,
+                   help="a GGUF file, or a name `channel models` lists (e.g. qwen2.5:0.5b)")
     p.add_argument("--backend", choices=BACKEND_CHOICES, default=d,
                    help="auto: Vulkan on a GPU, else ggml (quantized CPU), else numpy")
     p.add_argument("--cold", action="store_true", default=d, help="ignore the snapshot")
@@ -92,6 +99,45 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 def _opt(args: argparse.Namespace, name: str, default=None):
     return getattr(args, name, default)
+
+
+def model_roots():
+    """Where `channel models` and --model NAME look: this user's home and environment."""
+    from .model.catalog_sources import default_roots
+
+    return default_roots(os.environ, Path.home())
+
+
+def _resolve_model_option(args: argparse.Namespace) -> None:
+    """--model as a path from here on: a listed name is looked up in the catalog."""
+    text = _opt(args, "model")
+    if text is None or isinstance(text, Path):
+        return
+    from .model.catalog import resolve_model
+
+    args.model = resolve_model(str(text), model_roots())
+
+
+def _session_model(args: argparse.Namespace, name: str) -> None:
+    """A session runs on the model it was made with (docs/models.md): set args.model to the
+    recorded one, saying so when --model asked for another."""
+    from .session.model_record import same_file, session_model
+
+    record = session_model(data_dir(args), name)
+    if record is None:
+        return
+    asked = _opt(args, "model")
+    if asked is not None and not same_file(asked, record.path):
+        print(f"channel: note: session {name!r} runs on model {record.name!r} "
+              f"({record.path}); --model applies to new sessions", file=sys.stderr)
+    args.model = Path(record.path)
+
+
+def _remember_model(args: argparse.Namespace, name: str, model) -> None:
+    from .session.model_record import read_record, write_record
+
+    if read_record(data_dir(args), name) is None:
+        write_record(data_dir(args), name, model.path, model.fingerprint, model.name)
 
 
 def data_dir(args: argparse.Namespace) -> Path:
@@ -154,9 +200,14 @@ def _chat(args: argparse.Namespace) -> int:
     problem = message_problem(args.message, Limits())
     if problem:
         raise ValueError(f"the message {problem}")
+    from .paths import check_session_name
+
+    name = check_session_name(_opt(args, "session", "default"))
+    _session_model(args, name)
     backend, model = backend_and_model(args)
-    session = Session(model, data_dir(args), _opt(args, "session", "default"), backend=backend)
+    session = Session(model, data_dir(args), name, backend=backend)
     boot = session.boot(cold=bool(_opt(args, "cold", False)))
+    _remember_model(args, name, model)
     for warning in boot.warnings:
         print(f"channel: warning: {warning}", file=sys.stderr)
     if not args.json:
@@ -210,6 +261,19 @@ def boot_line(boot) -> str:
 def _print_piece(piece: str) -> None:
     sys.stdout.write(piece)
     sys.stdout.flush()
+
+
+def _models(args: argparse.Namespace) -> int:
+    from .model.catalog import scan
+    from .model.catalog_table import render_table
+
+    entries = scan(model_roots())
+    if args.json:
+        for entry in entries:
+            print(json.dumps(entry.to_json(), ensure_ascii=False))
+    else:
+        print(render_table(entries))
+    return 0
 
 
 def _perplexity(args: argparse.Namespace) -> int:

@@ -38,6 +38,8 @@ class ChatScreen(ChatEvents, Screen):
         Binding("ctrl+e", "export", "Export", priority=True),
         Binding("ctrl+b", "boot_compare", "Boots", priority=True),
         Binding("f2", "toggle_ring", "Ring", priority=True),
+        Binding("f3", "models", "Models", priority=True, id="models",
+                tooltip="Choose a model and start a new session on it"),
     ]
 
     def __init__(self, session: str) -> None:
@@ -98,7 +100,7 @@ class ChatScreen(ChatEvents, Screen):
             self.channel.options.resolved_data_dir()
 
     # -- sessions -----------------------------------------------------------------------------
-    def open_session(self, name: str, cold: bool = False) -> None:
+    def open_session(self, name: str, cold: bool = False, model: str | None = None) -> None:
         self.session = name
         self.fatal = False
         self.query_one(StatusBar).update_fields(session=name, boot=None, ring=None,
@@ -108,10 +110,12 @@ class ChatScreen(ChatEvents, Screen):
         fields: dict[str, object] = {"session": name}
         if cold:
             fields["cold"] = True
+        if model:  # a new session on a model from the picker; the engine records it
+            fields["model"] = model
         self.open_req = self.send("open", **fields)
 
-    async def switch_session(self, name: str | None) -> None:
-        if not name or name == self.session:
+    async def switch_session(self, name: str | None, model: str | None = None) -> None:
+        if not name or (name == self.session and model is None):
             return
         if self.busy:
             self.send("cancel", session=self.session)
@@ -122,7 +126,7 @@ class ChatScreen(ChatEvents, Screen):
         self.send("close", session=self.session)  # flushes its snapshot before the open
         await self.query_one(Transcript).show([])
         self.note("")
-        self.open_session(name)
+        self.open_session(name, model=model)
 
     def _restore_draft(self, text: str) -> None:
         prompt = self.query_one(Prompt)
@@ -227,6 +231,11 @@ class ChatScreen(ChatEvents, Screen):
         if self.fatal:
             return
         self.app.push_screen(BootCompareScreen(self.session))
+
+    def action_models(self) -> None:
+        from .model_picker import model_session_flow
+
+        model_session_flow(self, self.data_dir())
 
     def action_toggle_ring(self) -> None:
         ring = self.query_one(RingView)

@@ -103,6 +103,8 @@ class ChatEvents:
         self.query_one(BootBanner).show_boot(event)
         status = self.query_one(StatusBar)
         status.update_fields(engine_state="")
+        if event.get("model"):  # sessions run on their own models (docs/models.md)
+            status.update_fields(model=event["model"])
         if event.get("kind") in ("warm", "cold"):
             status.update_fields(boot=event, **self._snapshot_on_disk(event))
         if self.restart_note:

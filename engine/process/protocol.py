@@ -10,6 +10,7 @@ module imports nothing heavy, so clients may use it too.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -26,6 +27,7 @@ MAX_LINE_BYTES = 1 << 20  # a request larger than this is refused, not parsed
 DEFAULT_MAX_MESSAGE_BYTES = 64 << 10
 MAX_REPLY_TOKENS = 1 << 16
 MAX_NAME_BYTES = 256  # a string id or a client name
+MAX_PATH_BYTES = 4096  # an `open` request's model path (PATH_MAX)
 MAX_INT_ID = (1 << 63) - 1
 
 
@@ -69,6 +71,15 @@ def _session(value, limits: Limits) -> str | None:
     return text_problem(value, 64) or session_name_problem(value)
 
 
+def _model_path(value, limits: Limits) -> str | None:
+    """An `open` request's model: an absolute path to a GGUF (the `models` event's `path`)."""
+    problem = text_problem(value, MAX_PATH_BYTES)
+    if problem:
+        return problem
+    return None if os.path.isabs(value) and "\0" not in value else (
+        f"must be an absolute path, got {value!r}")
+
+
 def _between(low: int, high: int) -> Check:
     def check(value, limits: Limits) -> str | None:
         return None if low <= value <= high else f"must be from {low} to {high}, got {value}"
@@ -86,7 +97,8 @@ SESSION = Field(str, _session)
 REQUESTS: dict[str, tuple[dict[str, Field], dict[str, Field]]] = {
     "hello": ({}, {"client": Field(str, _name),
                    "protocol": Field(int, _between(0, 1 << 31))}),
-    "open": ({"session": SESSION}, {"cold": Field(bool)}),
+    "open": ({"session": SESSION}, {"cold": Field(bool), "model": Field(str, _model_path)}),
+    "models": ({}, {}),
     "turn": ({"session": SESSION, "text": Field(str, message_problem)},
              {"max_tokens": Field(int, _between(0, MAX_REPLY_TOKENS)),
               "temperature": Field(float), "top_k": Field(int), "top_p": Field(float),

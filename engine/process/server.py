@@ -29,6 +29,7 @@ from ..session.runtime import (
     transcript_fields,
 )
 from ..session.session import PendingTurn, Session, TurnResult
+from ..session.session_models import SessionModels
 from ..session.watch import StreamWatcher
 from ..snapshot.writer import SaveResult
 from ..state.sampler import SamplingSettings
@@ -45,8 +46,11 @@ class BootAbandoned(Exception):
 
 class EngineServer:
     def __init__(self, model: Model, data_dir: Path, emit: Emit, debounce_s: float = 5.0,
-                 policy: RingPolicy | None = None, backend=None, limits: Limits | None = None):
-        self.model = model
+                 policy: RingPolicy | None = None, backend=None, limits: Limits | None = None,
+                 models: SessionModels | None = None):
+        self.model = model  # the default: new sessions run on it unless they ask for another
+        # Every loaded model, and which model each session runs on (its recorded one).
+        self.models = models or SessionModels(model, Path(data_dir))
         self.limits = limits or Limits()
         self.data_dir = Path(data_dir)
         self.emit = emit
@@ -166,11 +170,14 @@ class EngineServer:
         name = request.session
         if name in self.sessions:
             runtime = self.sessions[name]
+            self.models.check_same(name, runtime.session.model, request.args.get("model"))
             self.emit({"type": "booted", "req": request.id, "session": name, "kind": "open",
                        "reason": "already open", "transcript": transcript_fields(runtime.session)})
             self._emit_ring(runtime, request.id)
             return
-        session = Session(self.model, self.data_dir, name, self.policy, self.backend)
+        model_path = request.args.get("model")
+        model = self.models.for_session(name, Path(model_path) if model_path else None)
+        session = Session(model, self.data_dir, name, self.policy, self.backend)
 
         def progress(done: int, total: int) -> None:
             self.emit({"type": "replay_progress", "req": request.id, "session": name,
@@ -186,8 +193,11 @@ class EngineServer:
             return
         runtime = SessionRuntime(session, stream_offset=session.stream_offset)
         self.sessions[name] = runtime
+        note = self.models.remember(name, model)
+        if note:
+            self.emit({"type": "warning", "req": request.id, "session": name, "message": note})
         self.emit({"type": "booted", "req": request.id, "session": name, **boot_fields(report),
-                   "transcript": transcript_fields(runtime.session)})
+                   **self.models.fields(model), "transcript": transcript_fields(runtime.session)})
         self._emit_ring(runtime, request.id)
         self._poll(name)  # anything appended while we booted
         pending = session.begin_pending()
@@ -275,15 +285,19 @@ class EngineServer:
 
         runtime = self._runtime(request)
         self._save(runtime, request.id, wait=True)
-        result = compare_boots(self.model, self.data_dir, runtime.name, self.policy,
-                               self.backend)
+        result = compare_boots(runtime.session.model, self.data_dir, runtime.name,
+                               self.policy, self.backend)
         self.emit({"type": "boot_compare", "req": request.id, "session": runtime.name,
                    **result})
+
+    def _on_models(self, request: Request) -> None:
+        self.emit({"type": "models", "req": request.id, "models": self.models.catalog()})
 
     def _on_close(self, request: Request) -> None:
         runtime = self._runtime(request)
         self._flush(runtime, request.id)
         del self.sessions[runtime.name]
+        self.models.release(runtime.name)
         self.emit({"type": "closed", "req": request.id, "session": runtime.name})
 
     # -- snapshots and the stream -----------------------------------------------------------

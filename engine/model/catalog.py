@@ -1,0 +1,225 @@
+"""The model catalog: every GGUF on this machine, what it is, and whether Channel can run it.
+
+`scan` describes each file that catalog_sources.py finds from its header alone (gguf_header.py:
+about 12 ms for the shipped 98 MB model, whose 49k-entry vocabulary is stepped over), so a
+listing costs milliseconds per model whatever their size. Nothing is cached. The same file
+reached by two routes (an Ollama blob linked into ~/models, a hub snapshot link) is listed
+once, under the first route, with every Ollama name it has. A file that cannot be read is
+listed with the reason, like a model Channel does not support: a listing never fails.
+
+`resolve` turns what a person typed after --model into a path: a path, or a listed name.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from gguf import GGMLQuantizationType, LlamaFileType
+
+from ..errors import ModelError
+from .architecture import support_problem
+from .catalog_sources import Found, Roots, find_ggufs
+from .gguf_file import SUPPORTED_TENSOR_TYPES
+from .gguf_header import GGUFHeader, GGUFHeaderError, read_header
+from .pretokenizers import pre_tokenizer_spec
+from .vocab import UnsupportedTokenizerError
+
+SUPPORTED = "supported"
+
+
+class ModelChoiceError(ModelError):
+    """--model names no listed model, or more than one; the message lists candidates."""
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    name: str  # display name, e.g. "SmolLM2 135M Instruct · Q4_1"
+    path: str  # as found (the route listed)
+    source: str  # bundled, ollama, hf, lmstudio, gpt4all, folder
+    architecture: str | None = None
+    parameters: int | None = None  # sum of the tensors' element counts
+    quantization: str | None = None
+    file_size: int = 0
+    context_length: int | None = None
+    problem: str | None = None  # why Channel cannot run it; None when it can
+    aliases: list[str] = field(default_factory=list)  # Ollama names of this file
+
+    @property
+    def supported(self) -> bool:
+        return self.problem is None
+
+    @property
+    def status(self) -> str:
+        return SUPPORTED if self.problem is None else self.problem
+
+    @property
+    def label(self) -> str:
+        """What a person would type: the Ollama name if it has one, else the display name."""
+        return self.aliases[0] if self.aliases else self.name
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "supported": self.supported, "status": self.status}
+
+
+def scan(roots: Roots) -> list[CatalogEntry]:
+    """Every GGUF under `roots`, described; supported first, then by label."""
+    entries: dict[str, CatalogEntry] = {}
+    for found in find_ggufs(roots):
+        try:
+            key = os.path.realpath(found.path)
+        except (OSError, ValueError):
+            key = str(found.path)
+        if key in entries:
+            if found.alias and found.alias not in entries[key].aliases:
+                entries[key].aliases.append(found.alias)
+            continue
+        entries[key] = describe(found)
+    return sorted(entries.values(), key=lambda e: (not e.supported, e.label.lower(), e.path))
+
+
+def describe(found: Found) -> CatalogEntry:
+    """One file's entry, from its header; an unreadable file's entry says why."""
+    path = found.path
+    aliases = [found.alias] if found.alias else []
+    try:
+        size = path.stat().st_size
+        header = read_header(path)
+    except FileNotFoundError:
+        return CatalogEntry(path.name, str(path), found.source, problem="file not found "
+                            "(a dangling link?)", aliases=aliases)
+    except OSError as exc:
+        return CatalogEntry(path.name, str(path), found.source,
+                            problem=f"cannot read: {exc.strerror or exc}", aliases=aliases)
+    except GGUFHeaderError as exc:
+        return CatalogEntry(path.name, str(path), found.source, file_size=size,
+                            problem=_strip_path(str(exc), path), aliases=aliases)
+    arch = header.get("general.architecture")
+    arch = str(arch) if arch is not None else None
+    context = header.get(f"{arch}.context_length")
+    quant = quantization(header)
+    return CatalogEntry(
+        name=display_name(header, path, quant), path=str(path), source=found.source,
+        architecture=arch, parameters=sum(t.n_elements for t in header.tensors),
+        quantization=quant, file_size=size,
+        context_length=int(context) if isinstance(context, int) else None,
+        problem=problem_of(header), aliases=aliases,
+    )
+
+
+def problem_of(header: GGUFHeader) -> str | None:
+    """Why Channel cannot run this model, in the words open_model would use, or None."""
+    names = [t.name for t in header.tensors]
+    problem = support_problem(header.get, names)
+    if problem is not None:
+        return problem
+    for t in header.tensors:
+        try:
+            kind = GGMLQuantizationType(t.ggml_type)
+        except ValueError:
+            return f"tensor {t.name} has unknown type code {t.ggml_type}"
+        if kind not in SUPPORTED_TENSOR_TYPES:
+            return f"tensor {t.name} has unsupported type {kind.name}"
+    return tokenizer_problem(header)
+
+
+def tokenizer_problem(header: GGUFHeader) -> str | None:
+    """The tokenizer checks loading makes (vocab.py, pretokenizers.py) that a header can
+    answer: the tokenizer kind, a vocabulary, and a byte-level BPE's pre-tokenizer."""
+    kind = header.get("tokenizer.ggml.model")
+    if kind not in ("gpt2", "llama"):
+        return (f"tokenizer model {kind!r} is not supported (byte-level BPE 'gpt2' and "
+                f"SentencePiece 'llama' are)")
+    if not header.metadata.get("tokenizer.ggml.tokens"):
+        return "GGUF has no tokenizer.ggml.tokens"
+    if kind == "gpt2":
+        try:
+            pre_tokenizer_spec(header.get("tokenizer.ggml.pre"))
+        except UnsupportedTokenizerError as exc:
+            return str(exc)
+    return None
+
+
+def quantization(header: GGUFHeader) -> str | None:
+    """general.file_type's name (Q4_K_M, F16, ...), else the type most weights are in."""
+    file_type = header.get("general.file_type")
+    if isinstance(file_type, int):
+        try:
+            name = LlamaFileType(file_type).name
+        except ValueError:
+            name = None
+        if name and name != "GUESSED":
+            return name.removeprefix("MOSTLY_").removeprefix("ALL_")
+    weights: Counter[int] = Counter()
+    for t in header.tensors:
+        weights[t.ggml_type] += t.n_elements
+    if not weights:
+        return None
+    code = weights.most_common(1)[0][0]
+    try:
+        return GGMLQuantizationType(code).name
+    except ValueError:
+        return f"type {code}"
+
+
+def display_name(header: GGUFHeader, path: Path, quant: str | None) -> str:
+    """'<basename> <size label> <finetune> · <quant>', else general.name, else the file
+    name. The basename takes the file name's capitals when the file name spells it
+    (metadata often has 'smollm2' where the file says 'SmolLM2')."""
+    basename = header.get("general.basename")
+    parts = []
+    if isinstance(basename, str) and basename.strip():
+        at = path.name.lower().find(basename.lower())
+        parts.append(path.name[at : at + len(basename)] if at >= 0 else basename)
+        parts += [str(header.get(k)) for k in ("general.size_label", "general.finetune")
+                  if isinstance(header.get(k), str) and header.get(k).strip()]
+    name = " ".join(parts)
+    if not name:
+        general = header.get("general.name")
+        name = general.strip() if isinstance(general, str) and general.strip() else ""
+    name = name or (path.stem if path.suffix.lower() == ".gguf" else path.name)
+    return f"{name} · {quant}" if quant else name
+
+
+def _strip_path(message: str, path: Path) -> str:
+    return message.removesuffix(f": {path}")
+
+
+def resolve(text: str, entries: list[CatalogEntry]) -> CatalogEntry:
+    """The entry `text` names: an exact display or Ollama name, else the one entry whose
+    name contains it (any case). Raises ModelChoiceError listing the candidates."""
+    exact = [e for e in entries if text == e.name or text in e.aliases]
+    if len(exact) == 1:
+        return exact[0]
+    if not exact:
+        needle = text.lower()
+        exact = [e for e in entries
+                 if needle in e.name.lower() or any(needle in a.lower() for a in e.aliases)]
+        if len(exact) == 1:
+            return exact[0]
+    if not exact:
+        known = ", ".join(repr(e.label) for e in entries if e.supported) or "none found"
+        raise ModelChoiceError(f"no model named {text!r} (a path, or one of: {known}; "
+                               f"`channel models` lists them)")
+    listed = "; ".join(f"{e.label} ({e.source}: {e.path})" for e in exact)
+    raise ModelChoiceError(f"{text!r} names {len(exact)} models: {listed}; give more of the "
+                           f"name, or the path")
+
+
+def looks_like_path(text: str) -> bool:
+    """Whether --model's value is meant as a file path rather than a listed name."""
+    return (os.sep in text or (os.altsep or os.sep) in text or text.startswith("~")
+            or text.lower().endswith(".gguf") or Path(text).exists())
+
+
+def resolve_model(text: str, roots: Roots) -> Path:
+    """--model's value as a path: itself if it looks like one, else a listed model's, which
+    must be one Channel can run."""
+    if looks_like_path(text):
+        return Path(text).expanduser()
+    entry = resolve(text, scan(roots))
+    if not entry.supported:
+        raise ModelChoiceError(f"{entry.label} cannot run: {entry.problem} ({entry.path})")
+    return Path(entry.path)
