@@ -108,27 +108,16 @@ def die_with_parent() -> None:
         pass
 
 
-def load_for_backend(requested: str, path: Path | None, cache_dir: Path, emit, progress):
-    """The compute backend and the model loaded for it; a fallback from `auto` is reported
-    once, as a warning event. `auto` moves to the CPU for an architecture the GPU backend
-    does not implement."""
-    from .backends.select import backend_for_model, fit_to_model
+def load_placed(placement, path: Path | None, cache_dir: Path, progress):
+    """Load a model with the weights its placed backend needs: a model for the GPU backend
+    needs no f32 image unless `auto` moves it to the numpy backend."""
     from .model.model import load_model
 
-    def announce(choice):
-        if choice.note:
-            log.warning("%s", choice.note)
-            emit({"type": "warning", "message": choice.note})
-
-    choice = backend_for_model(requested, path, cache_dir)
-    announce(choice)
-    model = load_model(path, cache_dir, progress, f32_weights=choice.backend.needs_f32_weights)
-    fitted = fit_to_model(choice, requested, model.config, cache_dir)
-    if fitted is not choice:
-        announce(fitted)
-        if fitted.backend.needs_f32_weights and model.weights is None:
-            model = load_model(path, cache_dir, progress, f32_weights=True)
-    return fitted.backend, model
+    model = load_model(path, cache_dir, progress,
+                       f32_weights=placement.choice.backend.needs_f32_weights)
+    if placement.backend(model.config).needs_f32_weights and model.weights is None:
+        model = load_model(path, cache_dir, progress, f32_weights=True)
+    return model
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,16 +144,22 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda *_: stop_early.set())
 
+    from .backends.select import Placement, backend_for_model
     from .model.config import RingPolicy
 
     def progress(done: int, total: int) -> None:
         emit({"type": "progress", "phase": "weights", "done": done, "total": total})
 
+    cache_dir = args.cache_dir or default_cache_dir()
     try:
-        backend, model = load_for_backend(args.backend, args.model,
-                                          args.cache_dir or default_cache_dir(), emit, progress)
-        policy = (RingPolicy.for_model(model.config, slots=args.ring_slots)
-                  if args.ring_slots else None)
+        choice = backend_for_model(args.backend, args.model, cache_dir)
+        if choice.note:
+            log.warning("%s", choice.note)
+            emit({"type": "warning", "message": choice.note})
+        placement = Placement(choice, args.backend, cache_dir, args.ring_slots)
+        model = load_placed(placement, args.model, cache_dir, progress)
+        if args.ring_slots:  # asked for: refused here if longer than the default model's context
+            RingPolicy.for_model(model.config, slots=args.ring_slots)
     except (ChannelError, ValueError, OSError) as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         emit({"type": "error", "code": "fatal", "fatal": True, "message": message})
@@ -180,14 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     from .session.session_models import SessionModels
 
     def load_another(path: Path):  # a session's recorded model, or one `open` names
-        from .model.model import load_model
-
-        return load_model(path, args.cache_dir or default_cache_dir(), progress,
-                          f32_weights=backend.needs_f32_weights)
+        return load_placed(placement, path, cache_dir, progress)
 
     models = SessionModels(model, data_dir, load_another, default_roots(os.environ, Path.home()))
-    server = EngineServer(model, data_dir, emit, args.debounce_s, policy, backend, limits,
-                          models)
+    server = EngineServer(model, data_dir, emit, args.debounce_s, placement, limits, models)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda n, _f: server.request_shutdown(signal.Signals(n).name))
 

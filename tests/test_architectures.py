@@ -159,3 +159,21 @@ def test_auto_leaves_vulkan_for_an_architecture_the_shaders_lack(tmp_path) -> No
     assert fit_to_model(gpu, "auto", llama) is gpu
     assert fit_to_model(gpu, "vulkan", qwen2) is gpu  # asked for by name: Vulkan refuses it
     assert fit_to_model(gpu, "auto", qwen2, tmp_path).backend.name in ("ggml", "numpy")
+
+
+def test_placement_fits_backend_and_ring_to_each_model(tmp_path) -> None:
+    """One engine serves sessions on several models: each gets a backend that implements its
+    architecture and a ring no longer than its trained context."""
+    from engine.backends.select import Choice, Placement
+
+    class GpuBackendStandIn:
+        name = "vulkan"
+
+    placement = Placement(Choice(GpuBackendStandIn(), None), "auto", tmp_path, ring_slots=64)
+    llama = open_model(write(tmp_path, VARIANTS["llama3-scaled"], "l.gguf")).config
+    qwen2 = open_model(write(tmp_path, VARIANTS["qwen2"], "q.gguf")).config
+    assert placement.backend(llama).name == "vulkan"
+    cpu = placement.backend(qwen2)
+    assert cpu.name in ("ggml", "numpy") and placement.backend(qwen2) is cpu  # made once
+    assert placement.policy(qwen2).max_slots == 40  # its trained context, below the 64 asked
+    assert Placement(Choice(cpu, None)).policy(qwen2) is None  # sized by the conversation

@@ -11,10 +11,10 @@ VulkanUnavailableError) with what is missing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..model.config import ModelConfig
+from ..model.config import ModelConfig, RingPolicy
 from ..process.protocol import BACKEND_CHOICES
 from .base import Backend
 from .ggml.lib import available as ggml_problem
@@ -63,6 +63,34 @@ def fit_to_model(choice: Choice, requested: str, cfg: ModelConfig,
     from .vulkan.backend import model_problem  # noqa: PLC0415 - needs the vulkan package
 
     return choice if model_problem(cfg) is None else _cpu_choice(cache_dir)
+
+
+@dataclass
+class Placement:
+    """Where each model a process loads runs, and how large its ring is: the process's
+    backend and --ring-slots, fitted per model. `auto` leaves a GPU backend that lacks a
+    model's architecture (one CPU backend is made for all such models), and an asked-for ring
+    never exceeds a model's trained context."""
+
+    choice: Choice
+    requested: str = "auto"
+    cache_dir: Path | None = None
+    ring_slots: int | None = None
+    _cpu: Choice | None = field(default=None, repr=False)
+
+    def backend(self, cfg: ModelConfig) -> Backend:
+        fitted = fit_to_model(self.choice, self.requested, cfg, self.cache_dir)
+        if fitted is self.choice:
+            return self.choice.backend
+        if self._cpu is None:
+            self._cpu = fitted
+        return self._cpu.backend
+
+    def policy(self, cfg: ModelConfig) -> RingPolicy | None:
+        """None lets the conversation size its ring to the model and its memory budget."""
+        if self.ring_slots is None:
+            return None
+        return RingPolicy.for_model(cfg, slots=min(self.ring_slots, cfg.context_length))
 
 
 def _cpu_choice(cache_dir: Path | None) -> Choice:

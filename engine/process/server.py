@@ -17,8 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..allocs import rss_mb
+from ..backends.numpy.backend import NumpyBackend
+from ..backends.select import Choice, Placement
 from ..errors import ChannelError
-from ..model.config import RingPolicy
 from ..model.model import Model
 from ..session.replay import is_withdrawal
 from ..session.runtime import (
@@ -46,7 +47,7 @@ class BootAbandoned(Exception):
 
 class EngineServer:
     def __init__(self, model: Model, data_dir: Path, emit: Emit, debounce_s: float = 5.0,
-                 policy: RingPolicy | None = None, backend=None, limits: Limits | None = None,
+                 placement: Placement | None = None, limits: Limits | None = None,
                  models: SessionModels | None = None):
         self.model = model  # the default: new sessions run on it unless they ask for another
         # Every loaded model, and which model each session runs on (its recorded one).
@@ -55,8 +56,8 @@ class EngineServer:
         self.data_dir = Path(data_dir)
         self.emit = emit
         self.debounce_s = debounce_s
-        self.policy = policy
-        self.backend = backend
+        # Each model's backend and ring size: the process's choice, fitted to the model.
+        self.placement = placement or Placement(Choice(NumpyBackend(), None), "numpy")
         self.sessions: dict[str, SessionRuntime] = {}
         self.jobs: queue.Queue = queue.Queue()
         self.stopping = threading.Event()
@@ -159,7 +160,7 @@ class EngineServer:
         self.emit(self.hello_event(request.id))
 
     def hello_event(self, request_id=None) -> dict:
-        backend = self.backend.describe() if self.backend else {"backend": "numpy"}
+        backend = self.placement.backend(self.model.config).describe()
         return {"type": "hello", "req": request_id, "protocol": PROTOCOL_VERSION,
                 "model": self.model.name, "model_path": str(self.model.path),
                 "fingerprint": self.model.fingerprint, "backend": backend["backend"],
@@ -177,7 +178,8 @@ class EngineServer:
             return
         model_path = request.args.get("model")
         model = self.models.for_session(name, Path(model_path) if model_path else None)
-        session = Session(model, self.data_dir, name, self.policy, self.backend)
+        session = Session(model, self.data_dir, name, self.placement.policy(model.config),
+                          self.placement.backend(model.config))
 
         def progress(done: int, total: int) -> None:
             self.emit({"type": "replay_progress", "req": request.id, "session": name,
@@ -286,7 +288,8 @@ class EngineServer:
         runtime = self._runtime(request)
         self._save(runtime, request.id, wait=True)
         result = compare_boots(runtime.session.model, self.data_dir, runtime.name,
-                               self.policy, self.backend)
+                               self.placement.policy(runtime.session.model.config),
+                               self.placement.backend(runtime.session.model.config))
         self.emit({"type": "boot_compare", "req": request.id, "session": runtime.name,
                    **result})
 
