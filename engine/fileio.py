@@ -82,7 +82,8 @@ def _problem(exc: OSError) -> str:
 
 
 @contextlib.contextmanager
-def atomic_output(path: Path, mode: str = "wb") -> Iterator[BinaryIO]:
+def atomic_output(path: Path, mode: str = "wb",
+                  permissions: int = 0o644) -> Iterator[BinaryIO]:
     """A binary file that becomes `path` when the block ends without an exception.
 
     Parent directories are created. On a clean exit the file is flushed, fsynced, closed and
@@ -97,8 +98,9 @@ def atomic_output(path: Path, mode: str = "wb") -> Iterator[BinaryIO]:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     try:
-        # Weight images are derived from a public model file: readable by others, like it.
-        fd = create_exclusive(tmp, 0o644, readable=mode == "w+b")
+        # The default suits weight images, derived from a public model file: readable by
+        # others, like it. A session's files pass 0o600.
+        fd = create_exclusive(tmp, permissions, readable=mode == "w+b")
         with os.fdopen(fd, mode) as f:
             yield f
             f.flush()
@@ -108,7 +110,7 @@ def atomic_output(path: Path, mode: str = "wb") -> Iterator[BinaryIO]:
         tmp.unlink(missing_ok=True)
 
 
-def write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes, permissions: int = 0o644) -> None:
     """Replace `path` with `data` (see atomic_output)."""
-    with atomic_output(path) as f:
+    with atomic_output(path, permissions=permissions) as f:
         f.write(data)

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import ChannelError
-from ..fileio import create_exclusive, open_regular
+from ..fileio import open_regular, write_atomically
 from ..model.gguf_file import fingerprint_file
 
 RECORD_SUFFIX = ".model.json"
@@ -64,17 +64,10 @@ def write_record(data_dir: Path, session: str, model_path: Path, fingerprint: st
                  name: str) -> ModelRecord:
     """Record the session's model (atomically, private to the user)."""
     record = ModelRecord(str(Path(model_path).resolve()), fingerprint, name)
-    path = record_path(data_dir, session)
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    try:
-        fd = create_exclusive(tmp, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(json.dumps(asdict(record), ensure_ascii=False).encode("utf-8") + b"\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    # A session is recorded when first opened, before its stream has made the data directory.
+    Path(data_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
+    data = json.dumps(asdict(record), ensure_ascii=False).encode("utf-8") + b"\n"
+    write_atomically(record_path(data_dir, session), data, permissions=0o600)
     return record
 
 
