@@ -13,6 +13,8 @@ from ..model.chat_template import ChatTemplate, ChatTemplateError
 from ..model.tokenizer import Tokenizer
 from .stream import StreamEvent
 
+TranscriptMark = tuple[int, str, bool]  # messages kept, rendered text, awaiting a reply
+
 
 def encode_with_content(tokenizer: Tokenizer, text: str, content: str) -> list[int]:
     """Encode template output `text`, treating the message `content` inside it as plain text.
@@ -45,11 +47,11 @@ class Transcript:
         """Forget every message, as a new transcript (a cold rebuild starts from here)."""
         self.messages, self.rendered, self.awaiting_reply = [], "", False
 
-    def mark(self) -> tuple[int, str, bool]:
+    def mark(self) -> TranscriptMark:
         """A point to rewind to if what follows fails."""
         return len(self.messages), self.rendered, self.awaiting_reply
 
-    def rewind(self, mark: tuple[int, str, bool]) -> None:
+    def rewind(self, mark: TranscriptMark) -> None:
         count, self.rendered, self.awaiting_reply = mark
         del self.messages[count:]
 
