@@ -15,9 +15,10 @@ from ..widgets.prompt import Prompt
 
 # Keys of the message box, which TextArea handles rather than a binding of ours.
 TYPING_KEYS = [
-    ("Enter", "Send the message (queued while a reply streams or the engine starts)"),
+    ("Enter", "Send the message (queued while busy or starting)"),
     ("↑ / ↓", "Recall earlier prompts (from the first / last line)"),
 ]
+MAX_KEYS_SHOWN = 2  # of one binding's alternatives: the rest are synonyms (Alt+Enter…)
 ABOUT = (
     "Channel keeps the model's working memory (its K/V ring) across restarts: quitting saves "
     "a snapshot, and the next start restores it in milliseconds (a warm boot) instead of "
@@ -28,9 +29,9 @@ ABOUT = (
 def key_label(keys: str) -> str:
     """'ctrl+q,ctrl+c' -> 'Ctrl+Q / Ctrl+C'."""
     def one(key: str) -> str:
-        parts = key.split("+")
+        parts = ["Esc" if p == "escape" else p for p in key.split("+")]
         return "+".join(p.capitalize() if len(p) > 1 else p.upper() for p in parts)
-    return " / ".join(one(k) for k in keys.split(","))
+    return " / ".join(one(k) for k in keys.split(",")[:MAX_KEYS_SHOWN])
 
 
 def key_rows(*binding_lists: Iterable[Binding | tuple]) -> list[tuple[str, str]]:
