@@ -8,7 +8,6 @@ from engine.session.stream import StreamEvent
 from engine.session.transcript import WINDOW_CHECKS, Transcript
 
 
-
 class CountingTemplate:
     """The real template, counting the messages each render walks over."""
 
