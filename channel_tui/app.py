@@ -13,6 +13,7 @@ import os
 import signal
 import time
 from collections.abc import Iterable
+from functools import partial
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
@@ -20,6 +21,7 @@ from textual.screen import Screen
 
 from . import format as fmt
 from .engine import EngineClient
+from .link import EngineLink
 from .messages import (
     EngineEvent,
     EngineExited,
@@ -39,24 +41,47 @@ QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 class ChannelApp(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "Channel"
-    ENABLE_COMMAND_PALETTE = False
+    # Every action is also in the command palette (Ctrl+P): see get_system_commands.
     BINDINGS = [
-        Binding("ctrl+q", "quit", "Quit", priority=True),
-        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
-        Binding("f1", "help", "Help"),
+        Binding("ctrl+q", "quit", "Quit", priority=True, id="quit",
+                tooltip="Quit: the working state is saved first"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True, id="quit-alt",
+                tooltip="Quit, as Ctrl+Q"),
+        Binding("f1", "help", "Help", id="help", tooltip="Every key, in one place"),
     ]
 
     def __init__(self, options: AppOptions | None = None) -> None:
         super().__init__()
         self.options = options or AppOptions()
-        self.engine: EngineClient | None = None
+        self.link = EngineLink(self.options)  # what screens get instead of the app
         self.generation = 0
-        self.hello: dict = {}
         self.quitting = False
         self.fatal_error: str | None = None
-        self._cold_next = self.options.cold  # --cold applies to the first boot only
         self._crashes: list[float] = []
-        self.chat = ChatScreen(self.options.session)
+        self.chat = ChatScreen(self.options.session, self.link)
+
+    @property
+    def engine(self) -> EngineClient | None:
+        return self.link.client
+
+    @property
+    def hello(self) -> dict:
+        return self.link.hello
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """The palette lists every action that has a key, from the same bindings the help
+        screen and the footer are made of."""
+        yield from super().get_system_commands(screen)
+        seen = set()
+        for owner in (screen, self):
+            for binding in owner.BINDINGS:
+                if not isinstance(binding, Binding) or not binding.tooltip:
+                    continue
+                if binding.action in seen or binding.id in ("quit", "quit-alt"):
+                    continue  # Textual's own palette has Quit
+                seen.add(binding.action)
+                yield SystemCommand(binding.description, binding.tooltip,
+                                    partial(owner.run_action, binding.action))
 
     def get_default_screen(self) -> Screen:
         return self.chat
@@ -98,13 +123,9 @@ class ChannelApp(App[None]):
     def start_engine(self) -> None:
         self.generation += 1
         self.fatal_error = None
-        self.engine = EngineClient(self, self.options.engine_argv(), self.generation)
-        self.run_worker(self.engine.run(), name=f"engine-{self.generation}", group="engine",
+        self.link.client = EngineClient(self, self.options.engine_argv(), self.generation)
+        self.run_worker(self.link.client.run(), name=f"engine-{self.generation}", group="engine",
                         exit_on_error=False)
-
-    def take_cold(self) -> bool:
-        cold, self._cold_next = self._cold_next, False
-        return cold
 
     def on_engine_event(self, message: EngineEvent) -> None:
         if message.generation != self.generation:
@@ -112,7 +133,7 @@ class ChannelApp(App[None]):
         event = message.event
         kind = event.get("type")
         if kind in ("ready", "hello"):
-            self.hello = event
+            self.link.hello = event
         elif kind == "error" and event.get("fatal"):
             self.fatal_error = event.get("message", "the engine cannot start")
         elif kind == "snapshot" and isinstance(self.screen, QuittingScreen):
@@ -181,16 +202,11 @@ class ChannelApp(App[None]):
         else:
             self.exit()
 
-    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
-        yield SystemCommand("Choose a model", "List the GGUF models on this machine and "
-                            "start a new session on one (F3)", self.chat.action_models)
-
     def action_help(self) -> None:
         from .screens.help import HelpScreen
 
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            self.push_screen(HelpScreen(self.chat.BINDINGS, self.BINDINGS))
 
 
 def flush_text(event: dict) -> str:

@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import platformdirs
-
-APP_NAME = "channel"
-# The engine's rule for session names (docs/protocol.md), duplicated so we import nothing heavy.
-SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-
-
-def default_data_dir() -> Path:
-    """The platform's user-data directory; the engine uses the same default."""
-    return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+# The one source of truth for what both sides share; it imports nothing heavy.
+from engine.process.protocol import SESSION_NAME, default_data_dir
+from engine.process.protocol import data_dir_problem as engine_data_dir_problem
 
 
 def valid_session_name(name: str) -> bool:
@@ -25,22 +16,10 @@ def valid_session_name(name: str) -> bool:
 
 
 def data_dir_problem(path: Path) -> str | None:
-    """Why `path` cannot hold sessions (None when it can); creates it, private, if missing.
-
-    Checked before the engine starts so that a bad directory is one readable sentence in
-    the app rather than an engine that never answers.
-    """
-    try:
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except FileExistsError:
-        return f"The data directory {path} is not a directory"
-    except OSError as exc:
-        return f"The data directory {path} cannot be created: {exc.strerror or exc}"
-    if not path.is_dir():
-        return f"The data directory {path} is not a directory"
-    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
-        return f"The data directory {path} is not readable and writable by you"
-    return None
+    """Why `path` cannot hold sessions (None when it can), as one sentence; creates it,
+    private, if missing. The engine's own check (engine/process/protocol.py)."""
+    problem, _ = engine_data_dir_problem(path)
+    return f"The {problem}" if problem else None
 
 
 @dataclass

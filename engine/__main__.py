@@ -18,12 +18,13 @@ from pathlib import Path
 
 from .errors import ChannelError, UnusableFileError
 from .fileio import open_regular
-from .paths import default_cache_dir, default_data_dir, ensure_private_dir
+from .paths import default_cache_dir, default_data_dir
 from .process.protocol import (
     BACKEND_CHOICES,
     DEFAULT_MAX_MESSAGE_BYTES,
     PROTOCOL_VERSION,
     Limits,
+    data_dir_problem,
     encode_event,
 )
 
@@ -59,16 +60,9 @@ class StdoutEmitter:
 def prepare_data_dir(path: Path) -> str | None:
     """Create `path` (private) if missing; a note if an existing one was made private.
     Raises ChannelError, with one line, when sessions cannot live there."""
-    try:
-        note = ensure_private_dir(path)
-    except FileExistsError:
-        raise ChannelError(f"data directory {path} is not a directory") from None
-    except PermissionError as exc:
-        raise ChannelError(f"data directory {path} {exc.strerror}") from None
-    except OSError as exc:
-        raise ChannelError(f"data directory {path} cannot be created: {exc.strerror}") from None
-    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
-        raise ChannelError(f"data directory {path} is not readable and writable")
+    problem, note = data_dir_problem(path, make_private=True)
+    if problem:
+        raise ChannelError(problem)
     return note
 
 

@@ -76,6 +76,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help="one JSON object per model, one per line (docs/models.md)")
     models.set_defaults(handler=_models)
 
+    fork = sub.add_parser("fork", help="copy a session (state and stream) under a new name")
+    fork.add_argument("source", help="the session to fork")
+    fork.add_argument("new", help="the new session's name")
+    _add_common(fork)
+    fork.set_defaults(handler=_fork)
+
+    doctor = sub.add_parser("doctor", help="what Channel finds on this machine")
+    _add_common(doctor)
+    doctor.add_argument("--json", action="store_true", help="print one JSON object")
+    doctor.set_defaults(handler=_doctor)
+
     bench = sub.add_parser("bench", help="benchmarks, as JSON")
     _add_common(bench)
     bench.add_argument("--json", action="store_true", help="print one JSON object (default)")
@@ -332,6 +343,26 @@ def _snapshot_inspect(args: argparse.Namespace) -> int:
     report = inspect_snapshot(args.path, model)
     print(json.dumps(report) if args.json else render_inspection(report))
     return 0 if report["valid"] else 1
+
+
+def _fork(args: argparse.Namespace) -> int:
+    """Works beside a running engine: a fork copies the last snapshot and the whole stream,
+    and the new session replays whatever the snapshot does not hold yet."""
+    from .session.fork import fork_session
+
+    report = fork_session(data_dir(args), args.source, args.new)
+    state = (f"snapshot {report.snapshot_bytes:,} bytes" if report.snapshot_bytes
+             else "no snapshot: it boots cold")
+    print(f"forked {report.source!r} as {report.name!r}: {report.events} events, {state}")
+    return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from .tools.doctor import diagnose, render
+
+    report = diagnose(_opt(args, "model"), data_dir(args), cache_dir(args))
+    print(json.dumps(report) if args.json else render(report))
+    return 0
 
 
 def _bench(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-MODEL = "SmolLM2-135M-Instruct"
+MODEL = "SmolLM2 135M Instruct · Q4_1"  # the display name (engine/model/display_name.py)
 CAPACITY = 512
 ANCHORS = 24
 
@@ -63,7 +63,7 @@ class Fake:
     def hello(self, kind: str, req=None) -> dict:
         return {"type": kind, "req": req, "protocol": 1, "model": MODEL,
                 "model_path": "/models/smollm2.gguf", "fingerprint": "f" * 32,
-                "backend": "numpy", "backend_info": {"backend": "numpy"},
+                "backend": "ggml", "backend_info": {"backend": "ggml"},
                 "data_dir": self.data_dir, "sessions": []}
 
     def boot_fields(self) -> dict:

@@ -68,7 +68,8 @@ def requests(draw) -> dict:
             "max_tokens": st.integers(0, 40), "temperature": st.floats(0, 3),
             "top_k": st.integers(0, 60), "top_p": st.floats(0.01, 1), "seed": st.integers(0, 9),
             "cold": st.booleans(), "client": st.text(max_size=20), "protocol": st.just(1),
-            "model": st.just("/nonexistent/model.gguf")}  # `open` on it: a one-line error
+            "model": st.just("/nonexistent/model.gguf"),  # `open` on it: a one-line error
+            "new": st.sampled_from(["f1", "f2"])}
     for name in {**required, **optional}:
         if name in optional and draw(st.booleans()):
             continue

@@ -127,3 +127,29 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_typing_before_the_engine_is_ready_gets_the_answer(tmp_path, real_model_path) -> None:
+    """The newcomer's first minute: a fresh cache makes the engine build its weight image
+    first (seconds), and the question typed meanwhile is queued, shown, then answered."""
+    data, cache = tmp_path / "data", tmp_path / "cache"
+    command = [str(CHANNEL), "--data-dir", str(data), "--cache-dir", str(cache),
+               "--model", str(real_model_path), "--backend", "numpy"]
+    term = Tmux(command)
+    try:
+        term.wait_for("Starting the engine", timeout=60)
+        term.keys("What is the capital of Japan?", literal=True)
+        term.keys("Enter")
+        screen = term.wait_for("you · pending", timeout=30)
+        assert "sends when the engine is ready" in screen
+        screen = term.wait_for("tok/s", timeout=300)  # the reply's footer: it has ended
+        assert "you · pending" not in screen
+        assert "What is the capital of Japan?" in screen  # the question, above its answer
+        assert screen.index("What is the capital of Japan?") < screen.index("tok/s")
+        term.wait_for("Tokyo", timeout=10)
+        term.keys("C-q")
+        term.wait_exit()
+    finally:
+        term.kill()

@@ -95,3 +95,12 @@ def test_boot_comparison(snap_compare, tmp_path) -> None:
         await pilot.pause(0.1)
 
     assert snap_compare(fake_app(tmp_path), terminal_size=SIZE, run_before=compare)
+
+
+def test_the_readme_screenshot_is_the_main_screen_snapshot() -> None:
+    """docs/screenshot.svg (the README's first picture) is test_main_screen's SVG: after a
+    `--snapshot-update`, copy it there."""
+    here = Path(__file__).resolve().parent
+    shot = here.parent / "docs" / "screenshot.svg"
+    main = here / "__snapshots__" / "test_tui_snapshots" / "test_main_screen.svg"
+    assert shot.read_bytes() == main.read_bytes()

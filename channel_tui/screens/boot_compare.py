@@ -19,7 +19,7 @@ from textual.widgets import LoadingIndicator, Static
 from .. import format as fmt
 
 if TYPE_CHECKING:
-    from ..app import ChannelApp
+    from ..link import EngineLink
 
 BAR_WIDTH = 40
 
@@ -31,9 +31,10 @@ class BootCompareScreen(ModalScreen[None]):
     class Answer(Message):
         event: dict
 
-    def __init__(self, session: str) -> None:
+    def __init__(self, session: str, engine: EngineLink) -> None:
         super().__init__()
         self.session = session
+        self.engine = engine
         self.request_id: int | None = None
         self.result: dict | None = None  # the boot_compare event, once it came
 
@@ -48,18 +49,13 @@ class BootCompareScreen(ModalScreen[None]):
             yield Static("Esc closes", classes="dialog-hint")
 
     def on_mount(self) -> None:
-        app: ChannelApp = self.app  # type: ignore[assignment]
-        engine = app.engine
-        if engine is not None:
-            self.request_id = engine.send("boot_compare", on_event=self._answer,
-                                          session=self.session)
+        self.request_id = self.engine.send("boot_compare", on_event=self._answer,
+                                           session=self.session)
         if self.request_id is None:
             self._show_error("the engine is not running")
 
     def on_unmount(self) -> None:
-        app: ChannelApp = self.app  # type: ignore[assignment]
-        if app.engine is not None:
-            app.engine.forget(self.request_id)
+        self.engine.forget(self.request_id)
 
     def _answer(self, event: dict) -> None:
         # Called by the engine client's reader; hand the event over as a message.

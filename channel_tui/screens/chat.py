@@ -1,13 +1,14 @@
 """The chat screen: boot banner, transcript, ring view, prompt, status bar and footer.
 
-Engine events arrive through `ChatEvents.handle_event` (screens/chat_events.py); this module
-holds the layout, the key actions and sending.
+Engine events arrive through `ChatEvents.handle_event` (screens/chat_events.py); the edits
+that only a persistent working state allows (undo, regenerate, edit, fork) are in
+screens/chat_edits.py; this module holds the layout, the keys and sending. The screen talks
+to the engine through the EngineLink it is given, never through the app.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from textual import on
 from textual.app import ComposeResult
@@ -17,48 +18,64 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from ..export import ChatMessage, export_transcript
+from ..link import EngineLink
 from ..widgets.boot_banner import BootBanner
 from ..widgets.prompt import Prompt
 from ..widgets.ring_view import RingView
 from ..widgets.status_bar import StatusBar
-from ..widgets.transcript import AssistantMessage, Transcript
+from ..widgets.transcript import AssistantMessage, Transcript, UserMessage
+from .chat_edits import ChatEdits
 from .chat_events import ChatEvents
 
-if TYPE_CHECKING:
-    from ..app import ChannelApp
 
-
-class ChatScreen(ChatEvents, Screen):
+class ChatScreen(ChatEvents, ChatEdits, Screen):
+    # One line per key: the footer, the help screen (F1) and the command palette (Ctrl+P)
+    # are all made from these (description: the short label; tooltip: what it does).
     BINDINGS = [
-        Binding("escape", "cancel", "Stop", priority=True),
-        Binding("ctrl+s", "save", "Save", priority=True),
-        Binding("ctrl+r", "restore", "Restore", priority=True),
-        Binding("ctrl+n", "new_session", "New", priority=True),
-        Binding("ctrl+o", "sessions", "Sessions", priority=True),
-        Binding("ctrl+e", "export", "Export", priority=True),
-        Binding("ctrl+b", "boot_compare", "Boots", priority=True),
-        Binding("f2", "toggle_ring", "Ring", priority=True),
-        Binding("f3", "models", "Models", priority=True, id="models",
-                tooltip="Choose a model and start a new session on it"),
+        Binding("escape", "cancel", "Stop", priority=True, id="stop",
+                tooltip="Stop the reply being generated (it is kept, marked cancelled)"),
+        Binding("ctrl+s", "save", "Save", priority=True, id="save",
+                tooltip="Save the working state now (shows saved, unchanged or failed)"),
+        Binding("ctrl+r", "restore", "Restore", priority=True, id="restore", show=False,
+                tooltip="Restore the last snapshot now and rebuild the transcript"),
+        Binding("ctrl+g", "regenerate", "Again", priority=True, id="regenerate",
+                tooltip="Regenerate the last reply (nothing is re-read)"),
+        Binding("f3", "undo", "Undo", priority=True, id="undo",
+                tooltip="Undo the last turn: your message and its reply leave the ring"),
+        Binding("f4", "edit_last", "Edit", priority=True, id="edit",
+                tooltip="Edit and resend your last message (undone, back in the box)"),
+        Binding("ctrl+t", "copy_reply", "Copy", priority=True, id="copy",
+                tooltip="Copy the last reply to the clipboard (OSC 52)"),
+        Binding("ctrl+f", "fork", "Fork", priority=True, id="fork",
+                tooltip="Fork the session: a copy of its state that goes its own way"),
+        Binding("ctrl+n", "new_session", "New", priority=True, id="new", show=False,
+                tooltip="New session"),
+        Binding("ctrl+o", "sessions", "Sessions", priority=True, id="sessions",
+                tooltip="Session list: switch to another session (it boots warm)"),
+        Binding("ctrl+e", "export", "Export", priority=True, id="export", show=False,
+                tooltip="Export the transcript to Markdown"),
+        Binding("ctrl+b", "boot_compare", "Boots", priority=True, id="boots", show=False,
+                tooltip="Boot comparison: cold against warm, side by side"),
+        Binding("f2", "toggle_ring", "Ring", priority=True, id="ring", show=False,
+                tooltip="Show or hide the ring view (the model's working memory)"),
     ]
 
-    def __init__(self, session: str) -> None:
+    def __init__(self, session: str, engine: EngineLink) -> None:
         super().__init__()
         self.session = session
+        self.engine = engine
         self.messages: list[ChatMessage] = []
         self.current: AssistantMessage | None = None  # the reply being streamed
         self.current_req: int | None = None
-        self.queued: str | None = None  # one message typed while a reply streamed
+        self.queued: str | None = None  # one message typed while busy or still booting
+        self.queued_widget: UserMessage | None = None  # that message, shown as pending
+        self.session_open = False  # booted: turns can be sent
         self.open_req: int | None = None
         self.save_req: int | None = None
         self.restore_req: int | None = None
         self.fatal = False
         self.fatal_message: str | None = None
         self.restart_note: str | None = None  # shown after the transcript is rebuilt
-
-    @property
-    def channel(self) -> ChannelApp:
-        return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
         yield BootBanner(id="boot")
@@ -72,7 +89,7 @@ class ChatScreen(ChatEvents, Screen):
 
     def on_mount(self) -> None:
         self.query_one(RingView).display = False
-        self.query_one(StatusBar).update_fields(session=self.session)
+        self.query_one(StatusBar).session = self.session
         self.query_one(Prompt).focus()
 
     # -- helpers ------------------------------------------------------------------------------
@@ -88,23 +105,20 @@ class ChatScreen(ChatEvents, Screen):
             label.set_class(name == kind, name)
 
     def send(self, kind: str, **fields: object) -> int | None:
-        engine = self.channel.engine
-        request_id = engine.send(kind, **fields) if engine is not None else None
+        request_id = self.engine.send(kind, **fields)
         if request_id is None:
             self.note("The engine is not running; wait for it to restart.", "warning")
         return request_id
 
     def data_dir(self) -> Path:
-        hello = self.channel.hello
-        return Path(hello["data_dir"]) if hello.get("data_dir") else \
-            self.channel.options.resolved_data_dir()
+        return self.engine.data_dir()
 
     # -- sessions -----------------------------------------------------------------------------
     def open_session(self, name: str, cold: bool = False, model: str | None = None) -> None:
         self.session = name
         self.fatal = False
-        self.query_one(StatusBar).update_fields(session=name, boot=None, ring=None,
-                                                snapshot=None, tok_s=None, engine_state="")
+        self.session_open = False
+        self.query_one(StatusBar).clear_session(name)
         self.query_one(BootBanner).show(f"Opening session {name!r}…" +
                                         (" (cold: ignoring the snapshot)" if cold else ""))
         fields: dict[str, object] = {"session": name}
@@ -122,7 +136,7 @@ class ChatScreen(ChatEvents, Screen):
             await self._finish_current("cancelled")
         if self.queued:
             self._restore_draft(self.queued)
-            self.queued = None
+            await self._drop_queued()
         self.send("close", session=self.session)  # flushes its snapshot before the open
         await self.query_one(Transcript).show([])
         self.note("")
@@ -143,25 +157,35 @@ class ChatScreen(ChatEvents, Screen):
         if self.fatal:
             self.note("The engine is stopped (see above); your message is kept.", "warning")
             return
-        if self.channel.engine is None or not self.channel.engine.ready:
-            self.note("The engine is still starting; your message is kept.", "warning")
-            return
-        if self.busy:
+        if self.busy or not self.session_open:
             if self.queued is not None:
                 self.note("A message is already queued; it goes when this reply ends "
                           "(Esc stops the reply).", "warning")
                 return
-            self.queued = text
+            await self._queue(text)
             prompt.remember(text)
             prompt.clear()
-            self.note(f"Queued: {_short(text)} · sends when the reply ends · Esc stops it")
             return
         if await self.send_turn(text):
             prompt.remember(text)
             prompt.clear()
 
+    async def _queue(self, text: str) -> None:
+        """Keep one message until the engine can take it, shown in the transcript as
+        pending; it is sent when the session has booted or the reply has ended."""
+        self.queued = text
+        when = "the reply ends · Esc stops it" if self.busy else "the engine is ready"
+        self.queued_widget = await self.query_one(Transcript).add_user(text, via="pending")
+        self.note(f"Queued: {_short(text)} · sends when {when}")
+
+    async def _drop_queued(self) -> None:
+        self.queued = None
+        if self.queued_widget is not None:
+            await self.queued_widget.remove()
+            self.queued_widget = None
+
     async def send_turn(self, text: str) -> bool:
-        options = self.channel.options
+        options = self.engine.options
         request_id = self.send("turn", session=self.session, text=text,
                                max_tokens=options.max_tokens, **options.sampling)
         if request_id is None:
@@ -174,10 +198,11 @@ class ChatScreen(ChatEvents, Screen):
         return True
 
     async def send_queued(self) -> None:
-        if self.queued is not None and not self.busy and not self.fatal:
-            text, self.queued = self.queued, None
+        if self.queued is not None and not self.busy and not self.fatal and self.session_open:
+            text = self.queued
+            await self._drop_queued()
             if not await self.send_turn(text):
-                self.queued = text
+                await self._queue(text)
 
     async def _finish_current(self, stop: str, detail: str = "") -> None:
         if self.current is not None:
@@ -193,7 +218,7 @@ class ChatScreen(ChatEvents, Screen):
         request_id = self.send("save", session=self.session)
         if request_id is not None:
             self.save_req = request_id
-            self.query_one(StatusBar).update_fields(snapshot={"status": "saving"})
+            self.query_one(StatusBar).snapshot = {"status": "saving"}
 
     def action_restore(self) -> None:
         if self.busy:
@@ -216,10 +241,9 @@ class ChatScreen(ChatEvents, Screen):
                              self.switch_session)
 
     def action_export(self) -> None:
-        directory = self.channel.options.export_dir or Path.cwd()
+        directory = self.engine.options.export_dir or Path.cwd()
         try:
-            path = export_transcript(directory, self.session, self.messages,
-                                     self.channel.hello.get("model"))
+            path = export_transcript(directory, self.session, self.messages, self.engine.model)
         except OSError as exc:
             self.notify(f"Export failed: {exc.strerror or exc}", severity="error")
             return
@@ -230,12 +254,12 @@ class ChatScreen(ChatEvents, Screen):
 
         if self.fatal:
             return
-        self.app.push_screen(BootCompareScreen(self.session))
+        self.app.push_screen(BootCompareScreen(self.session, self.engine))
 
     def action_models(self) -> None:
         from .model_picker import model_session_flow
 
-        model_session_flow(self, self.data_dir())
+        model_session_flow(self)
 
     def action_toggle_ring(self) -> None:
         ring = self.query_one(RingView)

@@ -1,10 +1,16 @@
 """How the chat screen reacts to engine events (docs/protocol.md, "Events").
 
-A mixin of ChatScreen: each `_on_<type>` handles one event type. Events for another session
+A mixin of ChatScreen. `event_handlers` is the dispatch table, one line per event type; a
+handler's name is never derived from the event's (Textual routes its own messages by
+`_on_<name>` and `on_<name>`, so a derived name could catch one). Events for another session
 (say, the `snapshot` of a session being closed during a switch) are ignored.
 """
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from engine.process.protocol import PROTOCOL_VERSION
 
 from .. import format as fmt
 from ..export import ChatMessage
@@ -15,7 +21,7 @@ from ..widgets.ring_view import RingView
 from ..widgets.status_bar import StatusBar
 from ..widgets.transcript import Transcript
 
-PROTOCOL_VERSION = 1  # docs/protocol.md
+EventHandler = Callable[[dict], Awaitable[None]]
 
 
 class ChatEvents:
@@ -28,30 +34,53 @@ class ChatEvents:
     async def on_engine_fatal(self, message: EngineFatal) -> None:
         await self.show_fatal(message.message, message.detail)
 
+    def event_handlers(self) -> dict[str, EventHandler]:
+        """Event type -> handler; types not listed (`closed`, `stats`, `bye`…) need nothing
+        from this screen."""
+        return {
+            "progress": self.handle_progress,
+            "ready": self.handle_ready,
+            "error": self.handle_error,
+            "warning": self.handle_warning,
+            "replay_progress": self.handle_replay_progress,
+            "booted": self.handle_booted,
+            "restored": self.handle_restored,
+            "turn_started": self.handle_turn_started,
+            "token": self.handle_token,
+            "end_of_turn": self.handle_end_of_turn,
+            "cancelling": self.handle_cancelling,
+            "stream_event": self.handle_stream_event,
+            "ring": self.handle_ring,
+            "snapshot": self.handle_snapshot,
+            "undone": self.handle_undone,
+            "forked": self.handle_forked,
+        }
+
     async def handle_event(self, event: dict) -> None:
         session = event.get("session")
         if session is not None and session != self.session:
             return
-        handler = getattr(self, f"_on_{event.get('type')}", None)
+        handler = self.event_handlers().get(event.get("type", ""))
         if handler is not None:
             await handler(event)
 
     # -- engine lifecycle ---------------------------------------------------------------------
-    async def _on_progress(self, event: dict) -> None:
+    async def handle_progress(self, event: dict) -> None:
         self.query_one(BootBanner).progress(
             "Building the weight image (first run only)…", event.get("done", 0),
             event.get("total", 0), tokens=False)
 
-    async def _on_ready(self, event: dict) -> None:
+    async def handle_ready(self, event: dict) -> None:
         if event.get("protocol") != PROTOCOL_VERSION:
             self.notify(f"The engine speaks protocol {event.get('protocol')}; this app was "
                         f"written for {PROTOCOL_VERSION}.", severity="warning")
-        self.query_one(StatusBar).update_fields(model=event.get("model", "?"),
-                                                backend=event.get("backend", ""),
-                                                engine_state="")
-        self.open_session(self.session, cold=self.channel.take_cold())
+        status = self.query_one(StatusBar)
+        status.model = event.get("model", "?")
+        status.backend = event.get("backend", "")
+        status.engine_state = ""
+        self.open_session(self.session, cold=self.engine.take_cold())
 
-    async def _on_error(self, event: dict) -> None:
+    async def handle_error(self, event: dict) -> None:
         message = event.get("message", "unknown error")
         req = event.get("req")
         if event.get("fatal"):
@@ -62,15 +91,14 @@ class ChatEvents:
             await self._finish_current("failed", message)
             self.note(f"The turn failed: {message}", "error")
         elif req is not None and req == self.save_req:
-            self.query_one(StatusBar).update_fields(
-                snapshot={"status": "failed", "error": message})
+            self.query_one(StatusBar).snapshot = {"status": "failed", "error": message}
             self.notify(f"Save failed: {message}", severity="error")
         elif req is not None and req == self.restore_req:
             self.query_one(BootBanner).show(f"Restore failed: {message}", kind="error")
         else:
             self.notify(message, title="Engine error", severity="error")
 
-    async def _on_warning(self, event: dict) -> None:
+    async def handle_warning(self, event: dict) -> None:
         self.notify(event.get("message", ""), title="Warning", severity="warning")
 
     async def show_fatal(self, message: str, detail: str = "") -> None:
@@ -79,34 +107,39 @@ class ChatEvents:
         self.fatal_message = message
         await self._finish_current("failed")
         self.query_one(BootBanner).show(f"⚠ {message}", detail or "Ctrl+Q quits.", "error")
-        self.query_one(StatusBar).update_fields(engine_state="stopped")
+        self.query_one(StatusBar).engine_state = "stopped"
         await self.query_one(Transcript).add_note(message, "error")
 
     async def engine_lost(self, description: str, stderr_tail: list[str]) -> None:
         """The engine exited unexpectedly; the app restarts it. The draft stays untouched."""
         await self._finish_current("interrupted")
+        self.session_open = False  # the queue waits for the restarted engine's boot
         last = next((line for line in reversed(stderr_tail) if line.strip()), "")
         self.query_one(BootBanner).show(f"The engine exited ({description}) · restarting…",
                                         last, "error")
-        self.query_one(StatusBar).update_fields(engine_state="restarting…")
+        self.query_one(StatusBar).engine_state = "restarting…"
         self.restart_note = f"The engine exited ({description}) and was restarted."
         await self.query_one(Transcript).add_note(self.restart_note, "error")
 
     # -- booting ------------------------------------------------------------------------------
-    async def _on_replay_progress(self, event: dict) -> None:
+    async def handle_replay_progress(self, event: dict) -> None:
         self.query_one(BootBanner).progress(
             f"Booting {self.session!r} · replaying the conversation…", event.get("done", 0),
             event.get("total", 0))
 
-    async def _on_booted(self, event: dict) -> None:
+    async def handle_booted(self, event: dict) -> None:
         await self._rebuild(event)
         self.query_one(BootBanner).show_boot(event)
+        self.session_open = True
         status = self.query_one(StatusBar)
-        status.update_fields(engine_state="")
+        status.engine_state = ""
         if event.get("model"):  # sessions run on their own models (docs/models.md)
-            status.update_fields(model=event["model"])
+            status.model = event["model"]
         if event.get("kind") in ("warm", "cold"):
-            status.update_fields(boot=event, **self._snapshot_on_disk(event))
+            status.boot = event
+            status.snapshot, saved_at = self._snapshot_on_disk(event)
+            if saved_at is not None:
+                status.snapshot_saved_at = saved_at
         if self.restart_note:
             kind = "warm" if event.get("kind") == "warm" else "cold"
             await self.query_one(Transcript).add_note(
@@ -118,21 +151,21 @@ class ChatEvents:
             await self.send_queued()
         # else the engine answers that unanswered message first; the queue follows it.
 
-    def _snapshot_on_disk(self, event: dict) -> dict:
-        """Status-bar fields for the snapshot a boot found: when it was saved, how big."""
+    def _snapshot_on_disk(self, event: dict) -> tuple[dict | None, float | None]:
+        """The status bar's snapshot for what a boot found, and when it was saved."""
         if event.get("kind") != "warm":
-            return {"snapshot": None}
+            return None, None
         try:  # the documented file layout: <data dir>/<session>.snapshot.bin
             st = (self.data_dir() / f"{self.session}.snapshot.bin").stat()
         except OSError:
-            return {"snapshot": {"status": "loaded", "bytes": event.get("snapshot_bytes")}}
-        return {"snapshot": {"status": "saved", "bytes": st.st_size},
-                "snapshot_saved_at": st.st_mtime}
+            return {"status": "loaded", "bytes": event.get("snapshot_bytes")}, None
+        return {"status": "saved", "bytes": st.st_size}, st.st_mtime
 
-    async def _on_restored(self, event: dict) -> None:
+    async def handle_restored(self, event: dict) -> None:
         await self._rebuild(event)
         self.query_one(BootBanner).show_boot(event, restored=True)
-        self.query_one(StatusBar).update_fields(boot=event)
+        self.session_open = True
+        self.query_one(StatusBar).boot = event
         took = event.get("total_ms", event.get("restore_ms"))
         self.notify(f"Restored {event.get('restored_slots', 0):,} slots in {fmt.ms(took)}",
                     title="Restore")
@@ -140,24 +173,27 @@ class ChatEvents:
     async def _rebuild(self, event: dict) -> None:
         self.messages = [ChatMessage(m.get("role", "?"), m.get("content", ""), m.get("id"),
                                      m.get("ts"), m.get("stop"))
-                         for m in event.get("transcript") or []]
+                         for m in event.get("transcript") or [] if not m.get("hidden")]
         await self._finish_current("interrupted")
         await self.query_one(Transcript).show(self.messages)
+        if self.queued is not None:  # still waiting: show it again below the transcript
+            self.queued_widget = await self.query_one(Transcript).add_user(
+                self.queued, via="pending")
         prompt = self.query_one(Prompt)
         prompt.past_prompts = [m.content for m in self.messages if m.role == "user"]
 
     # -- turns --------------------------------------------------------------------------------
-    async def _on_turn_started(self, event: dict) -> None:
+    async def handle_turn_started(self, event: dict) -> None:
         if self.current is None:  # a turn we did not send: an external append, or open
             self.current = await self.query_one(Transcript).add_assistant()
         self.current_req = event.get("req")
 
-    async def _on_token(self, event: dict) -> None:
+    async def handle_token(self, event: dict) -> None:
         if self.current is None:
             self.current = await self.query_one(Transcript).add_assistant()
         await self.current.append(event.get("text", ""))
 
-    async def _on_end_of_turn(self, event: dict) -> None:
+    async def handle_end_of_turn(self, event: dict) -> None:
         if self.current is None:
             self.current = await self.query_one(Transcript).add_assistant()
             await self.current.append(event.get("reply", ""))
@@ -167,15 +203,15 @@ class ChatEvents:
         await self._finish_current(stop, detail)
         self.messages.append(ChatMessage("assistant", event.get("reply", ""),
                                          event.get("event_id"), None, stop))
-        self.query_one(StatusBar).update_fields(tok_s=event.get("decode_tok_s"))
+        self.query_one(StatusBar).tok_s = event.get("decode_tok_s")
         self.note("")
         await self.send_queued()
 
-    async def _on_cancelling(self, event: dict) -> None:
+    async def handle_cancelling(self, event: dict) -> None:
         if event.get("turn_active"):
             self.note("Stopping the reply…")
 
-    async def _on_stream_event(self, event: dict) -> None:
+    async def handle_stream_event(self, event: dict) -> None:
         role, content = event.get("role", "?"), event.get("content", "")
         self.messages.append(ChatMessage(role, content, event.get("id"), event.get("ts")))
         if role == "user":
@@ -184,12 +220,12 @@ class ChatEvents:
             await self.query_one(Transcript).add_note(f"{role} (appended): {content}")
 
     # -- ring and snapshots -------------------------------------------------------------------
-    async def _on_ring(self, event: dict) -> None:
-        self.query_one(StatusBar).update_fields(ring=event)
+    async def handle_ring(self, event: dict) -> None:
+        self.query_one(StatusBar).ring = event
         self.query_one(RingView).update_ring(event)
 
-    async def _on_snapshot(self, event: dict) -> None:
-        self.query_one(StatusBar).update_fields(snapshot=event)
+    async def handle_snapshot(self, event: dict) -> None:
+        self.query_one(StatusBar).snapshot = event
         if event.get("req") is not None and event.get("req") == self.save_req:
             status = event.get("status")
             if status == "saved":

@@ -1,6 +1,9 @@
-"""F1: every key, in one place."""
+"""F1: every key, in one place, made from the bindings themselves (as posting does), so the
+table cannot drift from what the keys do."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -8,31 +11,49 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
-KEYS = [
-    ("Enter", "Send the message (queued while a reply streams)"),
-    ("Ctrl+J / Shift+Enter", "New line in the message"),
-    ("↑ / ↓", "Recall earlier prompts (from the first / last line)"),
-    ("Esc", "Stop the reply being generated (it is kept, marked cancelled)"),
-    ("Ctrl+S", "Save the working state now (shows saved, unchanged or failed)"),
-    ("Ctrl+R", "Restore the last snapshot now and rebuild the transcript"),
-    ("Ctrl+N", "New session"),
-    ("Ctrl+O", "Session list: switch to another session (it boots warm)"),
-    ("Ctrl+E", "Export the transcript to Markdown"),
-    ("Ctrl+B", "Boot comparison: cold against warm, side by side"),
-    ("F2", "Show or hide the ring view (the model's working memory)"),
-    ("F1", "This help"),
-    ("Ctrl+Q / Ctrl+C", "Quit: the working state is saved first"),
-]
+from ..widgets.prompt import Prompt
 
+# Keys of the message box, which TextArea handles rather than a binding of ours.
+TYPING_KEYS = [
+    ("Enter", "Send the message (queued while busy or starting)"),
+    ("↑ / ↓", "Recall earlier prompts (from the first / last line)"),
+]
+MAX_KEYS_SHOWN = 2  # of one binding's alternatives: the rest are synonyms (Alt+Enter…)
 ABOUT = (
     "Channel keeps the model's working memory (its K/V ring) across restarts: quitting saves "
     "a snapshot, and the next start restores it in milliseconds (a warm boot) instead of "
-    "re-reading the whole conversation (a cold boot)."
+    "re-reading the whole conversation (a cold boot). Ctrl+P searches every action."
 )
+
+
+def key_label(keys: str) -> str:
+    """'ctrl+q,ctrl+c' -> 'Ctrl+Q / Ctrl+C'."""
+    def one(key: str) -> str:
+        parts = ["Esc" if p == "escape" else p for p in key.split("+")]
+        return "+".join(p.capitalize() if len(p) > 1 else p.upper() for p in parts)
+    return " / ".join(one(k) for k in keys.split(",")[:MAX_KEYS_SHOWN])
+
+
+def key_rows(*binding_lists: Iterable[Binding | tuple]) -> list[tuple[str, str]]:
+    """(keys, what) for every binding that says what it does (its tooltip); bindings of one
+    action are joined on one row."""
+    rows: dict[str, tuple[list[str], str]] = {}
+    for bindings in binding_lists:
+        for binding in bindings:
+            if not isinstance(binding, Binding) or not binding.tooltip:
+                continue
+            keys, what = rows.setdefault(binding.action, ([], binding.tooltip))
+            keys.append(key_label(binding.key))
+    return [(" / ".join(keys), what) for keys, what in rows.values()]
 
 
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,f1,q", "dismiss", "Close")]
+
+    def __init__(self, screen_bindings: Iterable[Binding | tuple],
+                 app_bindings: Iterable[Binding | tuple]) -> None:
+        super().__init__()
+        self.rows = TYPING_KEYS + key_rows(Prompt.BINDINGS, screen_bindings, app_bindings)
 
     def compose(self) -> ComposeResult:
         with Vertical(id="help-box", classes="dialog") as box:
@@ -40,7 +61,7 @@ class HelpScreen(ModalScreen[None]):
             table: DataTable = DataTable(id="help-keys", cursor_type="none",
                                          show_header=False, zebra_stripes=True)
             table.add_columns("Key", "What it does")
-            for key, what in KEYS:
+            for key, what in self.rows:
                 table.add_row(key, what)
             yield table
             yield Static(ABOUT, id="help-about")

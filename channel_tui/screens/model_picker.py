@@ -8,8 +8,6 @@ the model and always reopens on it (docs/models.md).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -20,6 +18,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from .. import format as fmt
+from ..link import EngineLink
 from ..sessions import list_sessions
 
 WIDTHS = (40, 7, 6, 7, 9, 7)  # name, arch, params, quant, size, context
@@ -65,8 +64,9 @@ class ModelPickerScreen(ModalScreen[dict | None]):
     CSS_PATH = "model_picker.tcss"
     BINDINGS = [Binding("escape", "dismiss_none", "Close")]
 
-    def __init__(self) -> None:
+    def __init__(self, engine: EngineLink) -> None:
         super().__init__()
+        self.engine = engine
         self.models: list[dict] = []
         self.request_id: int | None = None
 
@@ -82,18 +82,13 @@ class ModelPickerScreen(ModalScreen[dict | None]):
                          classes="dialog-hint")
 
     def on_mount(self) -> None:
-        engine = getattr(self.app, "engine", None)
-        request_id = None
-        if engine is not None:
-            request_id = engine.send("models", on_event=self._answered)
+        request_id = self.engine.send("models", on_event=self._answered)
         if request_id is None:
             self._status("The engine is not running; wait for it to restart.")
         self.request_id = request_id
 
     def on_unmount(self) -> None:
-        engine = getattr(self.app, "engine", None)
-        if engine is not None:
-            engine.forget(self.request_id)
+        self.engine.forget(self.request_id)
 
     def _answered(self, event: dict) -> None:
         if event.get("type") == "error":
@@ -131,8 +126,9 @@ class ModelPickerScreen(ModalScreen[dict | None]):
         self.dismiss(None)
 
 
-def model_session_flow(chat, data_dir: Path) -> None:
+def model_session_flow(chat) -> None:
     """Pick a model, then name a new session, then open it on that model."""
+    data_dir = chat.engine.data_dir()
     from .new_session import NewSessionScreen
 
     def picked(model: dict | None) -> None:
@@ -151,4 +147,4 @@ def model_session_flow(chat, data_dir: Path) -> None:
 
         chat.app.push_screen(NewSessionScreen(data_dir), named)
 
-    chat.app.push_screen(ModelPickerScreen(), picked)
+    chat.app.push_screen(ModelPickerScreen(chat.engine), picked)

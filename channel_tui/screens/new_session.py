@@ -17,9 +17,9 @@ from ..options import valid_session_name
 from ..sessions import list_sessions
 
 
-def suggest_name(data_dir: Path) -> str:
+def suggest_name(data_dir: Path, base: str | None = None) -> str:
     taken = {s.name for s in list_sessions(data_dir)}
-    base = time.strftime("chat-%Y%m%d")
+    base = base or time.strftime("chat-%Y%m%d")
     name, n = base, 1
     while name in taken:
         n += 1
@@ -30,16 +30,20 @@ def suggest_name(data_dir: Path) -> str:
 class NewSessionScreen(ModalScreen[str | None]):
     BINDINGS = [Binding("escape", "dismiss_none", "Cancel")]
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, title: str = "New session",
+                 suggestion_base: str | None = None) -> None:
         super().__init__()
         self.data_dir = data_dir
+        self.title_text = title
+        self.suggestion_base = suggestion_base
 
     def compose(self) -> ComposeResult:
         with Vertical(id="new-box", classes="dialog") as box:
-            box.border_title = "New session"
+            box.border_title = self.title_text
             yield Static("Name (letters, digits, '.', '_', '-'):")
-            yield Input(suggest_name(self.data_dir), id="new-name", validators=[
-                Function(valid_session_name, "1-64 letters, digits, '.', '_' or '-'")])
+            yield Input(suggest_name(self.data_dir, self.suggestion_base), id="new-name",
+                        validators=[Function(valid_session_name,
+                                             "1-64 letters, digits, '.', '_' or '-'")])
             yield Static("", id="new-error")
             yield Static("Enter opens it · Esc cancels", classes="dialog-hint")
 

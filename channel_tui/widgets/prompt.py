@@ -12,7 +12,8 @@ from textual.widgets import TextArea
 
 class Prompt(TextArea):
     BINDINGS = [
-        Binding("ctrl+j,shift+enter,alt+enter", "newline", "Newline", show=False),
+        Binding("ctrl+j,shift+enter,alt+enter", "newline", "Newline", show=False,
+                id="newline", tooltip="New line in the message"),
     ]
 
     @dataclass

@@ -1,7 +1,7 @@
 """The status bar: model and backend, boot, ring occupancy, speed and snapshot state.
 
 Segments are laid out greedily; on a narrow terminal the bar grows to two lines instead of
-cutting a segment in half.
+cutting a segment in half. Each field is a reactive: setting it redraws the bar.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import time
 
 from rich.text import Text
 from textual.geometry import Size
+from textual.reactive import reactive
 from textual.widget import Widget
 
 from .. import format as fmt
@@ -18,17 +19,16 @@ SEPARATOR = " │ "
 
 
 class StatusBar(Widget):
-    def __init__(self, *, id: str | None = None) -> None:  # noqa: A002 (Textual's name)
-        super().__init__(id=id)
-        self.model = "starting engine…"
-        self.backend = ""
-        self.session = ""
-        self.boot: dict | None = None
-        self.ring: dict | None = None
-        self.tok_s: float | None = None
-        self.snapshot: dict | None = None
-        self.snapshot_saved_at: float | None = None
-        self.engine_state = ""  # "", "restarting…", "stopped"
+    # Dicts are replaced, never changed in place; always_update redraws even for an equal one.
+    model: reactive[str] = reactive("starting engine…", layout=True)
+    backend: reactive[str] = reactive("", layout=True)
+    session: reactive[str] = reactive("", layout=True)
+    engine_state: reactive[str] = reactive("", layout=True)  # "", "restarting…", "stopped"
+    boot: reactive[dict | None] = reactive(None, layout=True, always_update=True)
+    ring: reactive[dict | None] = reactive(None, layout=True, always_update=True)
+    tok_s: reactive[float | None] = reactive(None, layout=True)
+    snapshot: reactive[dict | None] = reactive(None, layout=True, always_update=True)
+    snapshot_saved_at: reactive[float | None] = reactive(None, layout=True)
 
     def on_mount(self) -> None:
         self.set_interval(1.0, self._tick)  # "saved 12 s ago" keeps counting
@@ -37,13 +37,16 @@ class StatusBar(Widget):
         if self.snapshot is not None and self.snapshot.get("status") == "saved":
             self.refresh(layout=True)
 
-    def update_fields(self, **fields: object) -> None:
-        snapshot = fields.get("snapshot")
+    def watch_snapshot(self, snapshot: dict | None) -> None:
         if isinstance(snapshot, dict) and snapshot.get("status") == "saved":
-            fields.setdefault("snapshot_saved_at", time.time())
-        for name, value in fields.items():
-            setattr(self, name, value)
-        self.refresh(layout=True)
+            self.snapshot_saved_at = time.time()
+
+    def clear_session(self, session: str) -> None:
+        """A session is being opened: forget what was shown for the last one."""
+        self.session = session
+        self.boot = self.ring = self.snapshot = None
+        self.tok_s = None
+        self.engine_state = ""
 
     def segments(self) -> list[Text]:
         parts = [Text.assemble((self.model, "bold"), (f" · {self.backend}" if self.backend

@@ -17,11 +17,12 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from gguf import GGMLQuantizationType, LlamaFileType
+from gguf import GGMLQuantizationType
 
 from ..errors import ModelError
 from .architecture import support_problem
 from .catalog_sources import Found, Roots, find_ggufs
+from .display_name import display_name, quant_label
 from .gguf_file import SUPPORTED_TENSOR_TYPES
 from .gguf_header import GGUFHeader, GGUFHeaderError, read_header
 from .pretokenizers import pre_tokenizer_spec
@@ -101,7 +102,7 @@ def describe(found: Found) -> CatalogEntry:
     context = header.get(f"{arch}.context_length")
     quant = quantization(header)
     return CatalogEntry(
-        name=display_name(header, path, quant), path=str(path), source=found.source,
+        name=display_name(path, header.get, quant), path=str(path), source=found.source,
         architecture=arch, parameters=sum(t.n_elements for t in header.tensors),
         quantization=quant, file_size=size,
         context_length=int(context) if isinstance(context, int) else None,
@@ -144,14 +145,9 @@ def tokenizer_problem(header: GGUFHeader) -> str | None:
 
 def quantization(header: GGUFHeader) -> str | None:
     """general.file_type's name (Q4_K_M, F16, ...), else the type most weights are in."""
-    file_type = header.get("general.file_type")
-    if isinstance(file_type, int):
-        try:
-            name = LlamaFileType(file_type).name
-        except ValueError:
-            name = None
-        if name and name != "GUESSED":
-            return name.removeprefix("MOSTLY_").removeprefix("ALL_")
+    label = quant_label(header.get("general.file_type"))
+    if label is not None:
+        return label
     weights: Counter[int] = Counter()
     for t in header.tensors:
         weights[t.ggml_type] += t.n_elements
@@ -162,25 +158,6 @@ def quantization(header: GGUFHeader) -> str | None:
         return GGMLQuantizationType(code).name
     except ValueError:
         return f"type {code}"
-
-
-def display_name(header: GGUFHeader, path: Path, quant: str | None) -> str:
-    """'<basename> <size label> <finetune> · <quant>', else general.name, else the file
-    name. The basename takes the file name's capitals when the file name spells it
-    (metadata often has 'smollm2' where the file says 'SmolLM2')."""
-    basename = header.get("general.basename")
-    parts = []
-    if isinstance(basename, str) and basename.strip():
-        at = path.name.lower().find(basename.lower())
-        parts.append(path.name[at : at + len(basename)] if at >= 0 else basename)
-        parts += [str(header.get(k)) for k in ("general.size_label", "general.finetune")
-                  if isinstance(header.get(k), str) and header.get(k).strip()]
-    name = " ".join(parts)
-    if not name:
-        general = header.get("general.name")
-        name = general.strip() if isinstance(general, str) and general.strip() else ""
-    name = name or (path.stem if path.suffix.lower() == ".gguf" else path.name)
-    return f"{name} · {quant}" if quant else name
 
 
 def _strip_path(message: str, path: Path) -> str:

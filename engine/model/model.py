@@ -21,13 +21,16 @@ from ..fileio import write_atomically
 from ..paths import default_cache_dir, default_model_path
 from .chat_template import ChatTemplate
 from .config import ModelConfig
+from .display_name import display_name, quant_label
 from .gguf_file import GGUF_MAGIC, ModelFile, fingerprint_file, open_model
 from .rope import RopeTables
 from .tokenizer import Tokenizer
 from .weights import Weights, build_image, map_image
 
 Progress = Callable[[int, int], None]
-META_VERSION = 3  # 2: architecture fields in the config; 3: the tokenizer's add_bos and EOG set
+# 2: architecture fields in the config; 3: the tokenizer's add_bos and EOG set; 4: `name` is
+# the display name (display_name.py), not general.name.
+META_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,8 @@ def _build_meta(model_file: ModelFile) -> dict:
     return {
         "version": META_VERSION,
         "fingerprint": model_file.fingerprint,
-        "name": model_file.name,
+        "name": display_name(model_file.path, model_file.field,
+                             quant_label(model_file.field("general.file_type"))),
         "config": asdict(model_file.config),
         "tokenizer": Tokenizer.from_gguf(model_file.reader).to_json(),
         "chat_template": template.source,

@@ -4,7 +4,11 @@ A request line is checked in full here, before the engine acts on it in any way:
 bytes, UTF-8, JSON (nesting included), the schema, every field's type, range and size, valid
 Unicode in every string, and the sampling settings as a whole. A line that fails raises
 ProtocolError with a one-line reason, so nothing is logged, ingested or opened for it. This
-module imports nothing heavy, so clients may use it too.
+module imports nothing heavy, so clients may use it too: it is the one source of truth for
+both sides (the TUI imports PROTOCOL_VERSION, the session-name rule and the data-directory
+defaults from here; the event shapes are in events.py).
+
+Adding a request is one entry in REQUESTS here and one in the server's handler table.
 """
 
 from __future__ import annotations
@@ -13,8 +17,14 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from ..paths import session_name_problem
+from ..paths import (  # noqa: F401 (SESSION_NAME, default_data_dir: shared with clients)
+    SESSION_NAME,
+    default_data_dir,
+    ensure_private_dir,
+    session_name_problem,
+)
 from ..state.sampling import SamplingSettings
 from ..text import decode_utf8, parse_json, utf8_size
 
@@ -93,16 +103,20 @@ class Field:
 
 
 SESSION = Field(str, _session)
-# Request type -> (required fields, optional fields). Sampling ranges are SamplingSettings'.
+# A reply's settings: `turn` and `regenerate` take them. Ranges are SamplingSettings'.
+REPLY_OPTIONS = {"max_tokens": Field(int, _between(0, MAX_REPLY_TOKENS)),
+                 "temperature": Field(float), "top_k": Field(int), "top_p": Field(float),
+                 "seed": Field(int)}
+# Request type -> (required fields, optional fields), one line each.
 REQUESTS: dict[str, tuple[dict[str, Field], dict[str, Field]]] = {
     "hello": ({}, {"client": Field(str, _name),
                    "protocol": Field(int, _between(0, 1 << 31))}),
     "open": ({"session": SESSION}, {"cold": Field(bool), "model": Field(str, _model_path)}),
     "models": ({}, {}),
-    "turn": ({"session": SESSION, "text": Field(str, message_problem)},
-             {"max_tokens": Field(int, _between(0, MAX_REPLY_TOKENS)),
-              "temperature": Field(float), "top_k": Field(int), "top_p": Field(float),
-              "seed": Field(int)}),
+    "turn": ({"session": SESSION, "text": Field(str, message_problem)}, REPLY_OPTIONS),
+    "regenerate": ({"session": SESSION}, REPLY_OPTIONS),
+    "undo": ({"session": SESSION}, {}),
+    "fork": ({"session": SESSION, "new": SESSION}, {}),
     "cancel": ({"session": SESSION}, {}),
     "save": ({"session": SESSION}, {}),
     "restore": ({"session": SESSION}, {}),
@@ -127,7 +141,7 @@ class Request:
     type: str
     id: object = None  # echoed back as "req" on every event the request causes
     args: dict = field(default_factory=dict)
-    settings: SamplingSettings | None = None  # a turn's, checked with the rest
+    settings: SamplingSettings | None = None  # a reply's, checked with the rest
 
     @property
     def session(self) -> str | None:
@@ -163,11 +177,11 @@ def parse_request(line: str | bytes, limits: Limits | None = None) -> Request:
     if unknown:
         raise ProtocolError(f"{kind}: unknown field {min(unknown)!r}", request_id)
     settings = None
-    if kind == "turn":
+    if optional is REPLY_OPTIONS:
         try:
             settings = SamplingSettings(**{k: args[k] for k in SAMPLING_FIELDS if k in args})
         except ValueError as exc:
-            raise ProtocolError(f"turn: {exc}", request_id) from None
+            raise ProtocolError(f"{kind}: {exc}", request_id) from None
     return Request(kind, request_id, args, settings)
 
 
@@ -213,6 +227,30 @@ def _typed(value, expected: type):
         except OverflowError:
             return None
     return value if isinstance(value, expected) else None
+
+
+def data_dir_problem(path: Path, make_private: bool = False) -> tuple[str | None, str | None]:
+    """(why sessions cannot live in `path` or None, a note or None). Creates it, private, if
+    missing; `make_private` also closes an existing one that others may read (the note says
+    so). The engine refuses to start with the reason; the app checks first, so that a bad
+    directory is one readable sentence rather than an engine that never answers."""
+    note = None
+    try:
+        if make_private:
+            note = ensure_private_dir(path)
+        else:
+            path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except FileExistsError:
+        return f"data directory {path} is not a directory", None
+    except PermissionError as exc:
+        return f"data directory {path} {exc.strerror}", None
+    except OSError as exc:
+        return f"data directory {path} cannot be created: {exc.strerror or exc}", None
+    if not path.is_dir():
+        return f"data directory {path} is not a directory", None
+    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        return f"data directory {path} is not readable and writable", None
+    return None, note
 
 
 def encode_event(event: dict) -> str:

@@ -34,10 +34,12 @@ from ..session.session_models import SessionModels
 from ..session.watch import StreamWatcher
 from ..snapshot.writer import SaveResult
 from ..state.sampler import SamplingSettings
+from .edits import TurnEdits
 from .protocol import PROTOCOL_VERSION, Limits, ProtocolError, Request, parse_request
 
 log = logging.getLogger("channel.engine")
 Emit = Callable[[dict], None]
+Handler = Callable[[Request], None]
 DEFAULT_MAX_TOKENS = 512
 
 
@@ -45,7 +47,7 @@ class BootAbandoned(Exception):
     """Raised from a replay progress callback to stop opening a session."""
 
 
-class EngineServer:
+class EngineServer(TurnEdits):
     def __init__(self, model: Model, data_dir: Path, emit: Emit, debounce_s: float = 5.0,
                  placement: Placement | None = None, limits: Limits | None = None,
                  models: SessionModels | None = None):
@@ -63,6 +65,21 @@ class EngineServer:
         self.stopping = threading.Event()
         self.done = threading.Event()
         self.watcher = StreamWatcher(self.data_dir, lambda name: self.jobs.put(("poll", name)))
+        # The requests the compute thread serves, one line each. `cancel`, `stats` and
+        # `shutdown` are answered at once on the reader thread instead (submit_line).
+        self.handlers: dict[str, Handler] = {
+            "hello": self._on_hello,
+            "open": self._on_open,
+            "models": self._on_models,
+            "turn": self._on_turn,
+            "regenerate": self._on_regenerate,
+            "undo": self._on_undo,
+            "fork": self._on_fork,
+            "save": self._on_save,
+            "restore": self._on_restore,
+            "boot_compare": self._on_boot_compare,
+            "close": self._on_close,
+        }
 
     # -- called from other threads --------------------------------------------------------
     def submit_line(self, line: bytes | str) -> None:
@@ -136,8 +153,12 @@ class EngineServer:
             self._error(job[1], "shutting_down", "the engine is shutting down")
         else:
             request: Request = job[1]
+            handler = self.handlers.get(request.type)
+            if handler is None:  # parsed, yet not served here: a table missing a line
+                self._error(request, "internal", f"no handler for {request.type!r}")
+                return
             try:
-                getattr(self, f"_on_{request.type}")(request)
+                handler(request)
             except (ChannelError, ValueError, OSError) as exc:
                 self._error(request, type(exc).__name__, _one_line(exc))
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from ..snapshot.format import SnapshotError
 from ..snapshot.restore import restore
-from .replay import WITHDRAWS, ReplayProgress, replay, taken_in, withdrawn_ids
+from .replay import ReplayProgress, replay, taken_in, withdrawn_ids
 from .stream import StreamEvent, StreamRead
 
 if TYPE_CHECKING:
@@ -126,5 +126,5 @@ def _check_agrees(read: StreamRead, anchor: int) -> None:
         raise StreamOrderError(f"{late[0]}, after the snapshot's anchor")
     before = {e.id for e in read.events[: anchor + 1]}
     for event in read.events[anchor + 1 :]:
-        if event.extra.get(WITHDRAWS) in before:
+        if withdrawn_ids([event]) & before:
             raise StreamOrderError(f"event {event.id} withdraws a message the snapshot holds")

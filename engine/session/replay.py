@@ -6,6 +6,10 @@ event with `withdraws: <the message's id>` and rebuilds the state without that m
 stream keeps both lines (it is never rewritten, and a transcript still shows them), but the
 ring, a replay and the chat template see neither.
 
+A turn can be *retracted* (undo, regenerate): an event with `retracts: [ids]` takes the listed
+messages out the same way, and front ends hide them. A fork's stream begins with a `forked_from`
+marker, which is not a message either.
+
 A replay feeds at most a ring's worth of tokens: older ones would only be evicted again, and a
 huge message (one a crash interrupted mid-prefill, say) would otherwise cost its whole prefill
 at every boot.
@@ -23,21 +27,43 @@ from .transcript import Transcript
 
 log = logging.getLogger("channel.engine")
 WITHDRAWS = "withdraws"
+RETRACTS = "retracts"
+FORKED_FROM = "forked_from"
 ReplayProgress = Callable[[int, int], None]  # (tokens done, tokens total)
 
 
+def retracted_ids(event: StreamEvent) -> list[str]:
+    ids = event.extra.get(RETRACTS)
+    if event.role != "assistant" or not isinstance(ids, list):
+        return []
+    return [i for i in ids if isinstance(i, str)]
+
+
 def is_withdrawal(event: StreamEvent) -> bool:
-    return event.role == "assistant" and isinstance(event.extra.get(WITHDRAWS), str)
+    """A withdrawal or a retraction: an event that takes messages back out of the ring."""
+    return event.role == "assistant" and (isinstance(event.extra.get(WITHDRAWS), str)
+                                          or bool(retracted_ids(event)))
+
+
+def is_marker(event: StreamEvent) -> bool:
+    """Not a message: a fork's `forked_from` line."""
+    return event.role == "system" and isinstance(event.extra.get(FORKED_FROM), dict)
 
 
 def withdrawn_ids(events: Sequence[StreamEvent]) -> set[str]:
-    return {e.extra[WITHDRAWS] for e in events if is_withdrawal(e)}
+    ids: set[str] = set()
+    for event in events:
+        if is_withdrawal(event):
+            withdrawn = event.extra.get(WITHDRAWS)
+            ids.update([withdrawn] if isinstance(withdrawn, str) else retracted_ids(event))
+    return ids
 
 
 def taken_in(events: Sequence[StreamEvent], withdrawn: set[str]) -> list[StreamEvent]:
-    """The events whose tokens belong in the ring: all but withdrawn messages and the
-    events that withdraw them."""
-    return [e for e in events if e.id not in withdrawn and not is_withdrawal(e)]
+    """The events whose tokens belong in the ring: all but withdrawn or retracted messages,
+    the events that take them out, and markers."""
+    return [e for e in events
+            if e.id not in withdrawn and not is_withdrawal(e) and not is_marker(e)]
 
 
 @dataclass

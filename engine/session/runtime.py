@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..snapshot.writer import SaveResult
+from .replay import is_marker, retracted_ids
 from .session import BootReport, Session
 
 HEAT_LEVELS = 10  # salience is drawn in ten steps: '0'..'9'
@@ -113,7 +114,12 @@ def save_fields(result: SaveResult) -> dict:
 
 
 def transcript_fields(session: Session) -> list[dict]:
-    """Every event of the stream, as front ends show them (withdrawn messages included)."""
+    """Every event of the stream, as front ends show them (withdrawn messages included).
+    `hidden` marks what an undo took back, the retractions themselves and a fork's marker:
+    the stream keeps them, a front end leaves them out."""
+    events = session.stream.read().events
+    retracted = {i for e in events for i in retracted_ids(e)}
     return [{"id": e.id, "role": e.role, "content": e.content, "ts": e.ts,
-             "stop": e.extra.get("stop")}
-            for e in session.stream.read().events]
+             "stop": e.extra.get("stop"),
+             "hidden": e.id in retracted or bool(retracted_ids(e)) or is_marker(e)}
+            for e in events]

@@ -29,7 +29,8 @@ from . import boot as booting
 from .boot import BootReport, StreamOrderError
 from .replay import WITHDRAWS, ReplayProgress, taken_in, withdrawn_ids
 from .stream import StreamEvent, StreamLog, StreamRead
-from .transcript import Transcript
+from .transcript import Transcript, TranscriptMark
+from .undo import LastTurn, TurnPoint
 
 log = logging.getLogger("channel.engine")
 
@@ -43,6 +44,12 @@ class PendingTurn:
     event: StreamEvent
     prompt: list[int]
     awaiting_before: bool = False  # the transcript's state before this message's prompt
+    # The transcript before this message's prompt (None when unknown: a pending message
+    # found at boot), so that an undo can rewind it.
+    transcript_before: TranscriptMark | None = None
+    # Set when the ring already holds the prompt (a regenerate rolled back to it): the
+    # point before the prompt, kept from the turn that is being regenerated.
+    prefilled: TurnPoint | None = None
 
 
 @dataclass(frozen=True)
@@ -78,12 +85,14 @@ class Session:
         self.last_event_id: str | None = None
         self.unusable: str | None = None  # why the state cannot be trusted (reopen it)
         self.stream_offset = 0  # bytes of the stream that boot consumed
+        self.last_turn: LastTurn | None = None  # what an undo can roll back to
         self.stop_ids = model.tokenizer.end_of_generation_ids  # llama.cpp's EOG set
 
     # -- boot and restore -------------------------------------------------------------------
     def boot(self, cold: bool = False, progress: ReplayProgress | None = None) -> BootReport:
         """Warm boot from the snapshot if it validates, else cold boot from the stream."""
         t0 = time.perf_counter()
+        self.last_turn = None
         warnings = [w for w in [self.snapshots.remove_stale_tmp()] if w]
         read = self.stream.read()
         self.stream_offset = read.end_offset
@@ -102,6 +111,7 @@ class Session:
         """Reload the last snapshot (waiting for any save in flight), then replay past it.
         A snapshot that cannot be used raises SnapshotError and changes nothing."""
         self.snapshots.wait()
+        self.last_turn = None
         read = self.stream.read()
         try:
             return booting.warm(self, read, progress)
@@ -110,6 +120,7 @@ class Session:
 
     def rebuild(self) -> BootReport:
         """Rebuild the working state from the snapshot and the stream (cold if it must)."""
+        self.last_turn = None
         return booting.load(self, self.stream.read(), None, None)
 
     # -- turns ------------------------------------------------------------------------------
@@ -126,14 +137,14 @@ class Session:
         except BaseException:
             self.transcript.rewind(mark)
             raise
-        return PendingTurn(event, prompt, mark[2])
+        return PendingTurn(event, prompt, mark[2], mark)
 
     def begin_external(self, event: StreamEvent) -> PendingTurn:
         """A user event another program appended to the stream, to answer as if typed here."""
         self._check_usable()
-        awaiting = self.transcript.awaiting_reply
+        mark = self.transcript.mark()
         return PendingTurn(event, self.transcript.event_tokens(event, generation_prompt=True),
-                           awaiting)
+                           mark[2], mark)
 
     def begin_pending(self) -> PendingTurn | None:
         """The last user message if the transcript ends unanswered (say, after a crash
@@ -162,10 +173,16 @@ class Session:
         the next open to answer, as after a crash: the checkpoint on disk is the state before
         it, and this half-fed state is never saved.
         """
+        self.last_turn = None
+        if turn.prefilled is not None:  # a regenerate: the prompt is in the ring already
+            with self._withdrawn_on_failure(turn):
+                return self._decode(turn, settings, max_tokens, on_text, should_stop, 0.0,
+                                    turn.prefilled)
         long = len(turn.prompt) > self.conversation.policy.prefill_chunk
         if long:
             self._checkpoint(turn.awaiting_before)
         self.last_event_id = turn.event.id
+        before = TurnPoint(self.conversation.ring.mark(), turn.transcript_before)
         self.conversation.ring.mark_turn_start()
         t0 = time.perf_counter()
         with self._withdrawn_on_failure(turn):
@@ -179,7 +196,8 @@ class Session:
             mark = self._withdraw(turn, "cancelled")
             return TurnResult("", [], "cancelled", 0, prefill_s, 0.0, mark.id)
         with self._withdrawn_on_failure(turn):
-            return self._decode(turn, settings, max_tokens, on_text, should_stop, prefill_s)
+            return self._decode(turn, settings, max_tokens, on_text, should_stop, prefill_s,
+                                before)
 
     @contextlib.contextmanager
     def _withdrawn_on_failure(self, turn: PendingTurn) -> Iterator[None]:
@@ -193,7 +211,10 @@ class Session:
 
     def _decode(self, turn: PendingTurn, settings: SamplingSettings, max_tokens: int,
                 on_text: TextCallback | None, should_stop: StopCheck | None,
-                prefill_s: float) -> TurnResult:
+                prefill_s: float, before: TurnPoint) -> TurnResult:
+        conv = self.conversation
+        prompted = TurnPoint(conv.ring.mark(), self.transcript.mark(),
+                             None if conv.last_logits is None else conv.last_logits.copy())
         decoder = self.model.tokenizer.stream_decoder()
 
         def emit(token: int) -> None:
@@ -209,6 +230,7 @@ class Session:
             temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
         )
         self.last_event_id = event.id
+        self.last_turn = LastTurn(turn.event.id, event.id, before, prompted, conv.ring.clock)
         return TurnResult(reply, gen.ids, gen.stop, len(turn.prompt), prefill_s, gen.decode_s,
                           event.id)
 
@@ -229,6 +251,7 @@ class Session:
 
     def ingest_event(self, event: StreamEvent) -> int:
         """Feed a non-user event another program appended (no reply); tokens fed."""
+        self.last_turn = None
         tokens = self.transcript.event_tokens(event, generation_prompt=False)
         if tokens:
             self.conversation.ingest(tokens)

@@ -5,6 +5,14 @@ The ring always holds the tokens of the template's rendering of the messages so 
 the history with it and without it. Assistant replies are fed as the exact ids that were
 sampled (kept in the stream), so replaying a transcript rebuilds the ring a live conversation
 built.
+
+Rendering the whole history for every message would make a replay O(n²) in the number of
+messages. Most templates (ChatML among them) render each message on its own, depending only
+on the first message (the system prompt, or its absence) and on where it falls (first, odd or
+even): for those, the difference a new message makes is the same within a short window, the
+first message plus the last few with the new one at the same parity. A transcript checks that
+on its first few windowed renders against the full rendering, and only then trusts the
+window; any mismatch, and it renders in full from then on.
 """
 
 from __future__ import annotations
@@ -12,6 +20,10 @@ from __future__ import annotations
 from ..model.chat_template import ChatTemplate, ChatTemplateError
 from ..model.tokenizer import Tokenizer
 from .stream import StreamEvent
+
+TranscriptMark = tuple[int, str, bool]  # messages kept, rendered text, awaiting a reply
+WINDOW_FROM = 6  # messages before rendering through a window pays off
+WINDOW_CHECKS = 3  # windowed renders compared with full ones before the window is trusted
 
 
 def encode_with_content(tokenizer: Tokenizer, text: str, content: str) -> list[int]:
@@ -43,16 +55,18 @@ class Transcript:
         self.messages: list[dict] = []
         self.rendered = ""
         self.awaiting_reply = False  # the ring ends with the assistant generation prompt
+        self.window_ok: bool | None = None  # None: not known yet (see the module's doc)
+        self._window_checks = 0
 
     def clear(self) -> None:
         """Forget every message, as a new transcript (a cold rebuild starts from here)."""
         self.messages, self.rendered, self.awaiting_reply = [], "", False
 
-    def mark(self) -> tuple[int, str, bool]:
+    def mark(self) -> TranscriptMark:
         """A point to rewind to if what follows fails."""
         return len(self.messages), self.rendered, self.awaiting_reply
 
-    def rewind(self, mark: tuple[int, str, bool]) -> None:
+    def rewind(self, mark: TranscriptMark) -> None:
         count, self.rendered, self.awaiting_reply = mark
         del self.messages[count:]
 
@@ -108,26 +122,48 @@ class Transcript:
         """Record a reply whose tokens are in the ring; return what the template puts after
         its content (e.g. '<|im_end|>\\n' for ChatML)."""
         self.messages.append({"role": "assistant", "content": content})
-        text = self._render_extending()
-        body = text[len(self.rendered) :]
-        self.rendered = text
+        body = self._extension(False)
+        self.rendered += body
         self.awaiting_reply = False
         if not body.startswith(content):
             raise ChatTemplateError("chat template rewrites assistant replies; cannot replay")
         return self.tokenizer.encode(body[len(content) :])
 
     def _advance(self, generation_prompt: bool) -> str:
-        text = self._render_extending(generation_prompt)
-        delta = text[len(self.rendered) :]
-        self.rendered = text
+        delta = self._extension(generation_prompt)
+        self.rendered += delta
         self.awaiting_reply = generation_prompt
         return delta
 
-    def _render_extending(self, generation_prompt: bool = False) -> str:
+    def _extension(self, generation_prompt: bool) -> str:
+        """What rendering the messages (the newest included) adds to `rendered`."""
+        windowed = None
+        if self.window_ok is not False and len(self.messages) >= WINDOW_FROM:
+            windowed = self._windowed_extension(generation_prompt)
+            if windowed is not None and self.window_ok:
+                return windowed
         text = self.template.render(self.messages, add_generation_prompt=generation_prompt)
         if not text.startswith(self.rendered):
             raise ChatTemplateError(
                 "chat template is not prefix-stable: rendering a longer transcript changed "
                 "its beginning, so turns cannot be fed incrementally"
             )
-        return text
+        full = text[len(self.rendered) :]
+        if windowed is not None or len(self.messages) >= WINDOW_FROM:
+            if windowed != full:
+                self.window_ok = False
+            else:
+                self._window_checks += 1
+                self.window_ok = True if self._window_checks >= WINDOW_CHECKS else None
+        return full
+
+    def _windowed_extension(self, generation_prompt: bool) -> str | None:
+        """The extension rendered through a window: the first message, then the last few
+        from an odd index on, so the newest keeps its parity. None if the window's renders
+        do not extend each other."""
+        start = len(self.messages) - 4
+        start -= 1 - start % 2  # odd: (newest - start + 1) has the newest's parity
+        window = self.messages[:1] + self.messages[start:]
+        before = self.template.render(window[:-1], add_generation_prompt=self.awaiting_reply)
+        after = self.template.render(window, add_generation_prompt=generation_prompt)
+        return after[len(before) :] if after.startswith(before) else None

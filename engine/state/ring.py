@@ -38,6 +38,22 @@ class RingFullError(ValueError):
     """The anchors leave no room for ordinary tokens in a ring this small."""
 
 
+class RollbackError(ValueError):
+    """The ring cannot be rolled back to a mark without re-encoding (it evicted or rebased
+    since, or the mark is not behind it)."""
+
+
+@dataclass(frozen=True)
+class RingMark:
+    """What the ring was at some point: its counters and its live slots' salience. Later
+    tokens only add slots after these and change these slots' salience, so restoring both
+    and truncating the newer slots is an exact rollback (unless an eviction or rebase moved
+    or rewrote the slots meanwhile)."""
+
+    counters: np.ndarray  # a copy of ring_counters
+    salience: np.ndarray  # a copy of slot_salience[:n_active]
+
+
 @dataclass(frozen=True)
 class SlotSpan:
     """Slots reserved for `count` new tokens: [start, start + count) at positions pos, pos+1..."""
@@ -160,6 +176,38 @@ class KVRing:
         turns = int(v.ring_counters[TURNS])
         v.turn_starts[turns % MAX_TURN_BOUNDARIES] = self.clock if clock is None else clock
         v.ring_counters[TURNS] = turns + 1
+
+    def mark(self) -> RingMark:
+        v = self.arena.views()
+        n = int(v.ring_counters[N_ACTIVE])
+        return RingMark(v.ring_counters.copy(), v.slot_salience[:n].copy())
+
+    def rollback_problem(self, mark: RingMark) -> str | None:
+        """Why rollback(mark) is impossible, or None."""
+        c = self.arena.views().ring_counters
+        if int(c[EVICTED]) != int(mark.counters[EVICTED]):
+            return "the ring evicted slots since then"
+        if int(c[REBASES]) != int(mark.counters[REBASES]):
+            return "the ring rebased its positions since then"
+        if int(c[CLOCK]) < int(mark.counters[CLOCK]) or \
+                int(c[N_ACTIVE]) < int(mark.counters[N_ACTIVE]):
+            return "the ring is behind that point"
+        return None
+
+    def rollback(self, mark: RingMark) -> int:
+        """Drop every slot committed after `mark` and restore the rest as they were then;
+        returns the slots dropped. Nothing is re-encoded: the kept rows never moved."""
+        problem = self.rollback_problem(mark)
+        if problem:
+            raise RollbackError(f"cannot roll the ring back: {problem}")
+        self._thawed.wait()  # a snapshot writer may be reading rows we are about to reuse
+        v = self.arena.views().check()
+        n_then, n_now = int(mark.counters[N_ACTIVE]), self.n_active
+        v.slot_active[n_then:n_now] = 0
+        v.slot_salience[:n_then] = mark.salience
+        v.slot_salience[n_then:n_now] = 0.0
+        v.ring_counters[:] = mark.counters
+        return n_now - n_then
 
     # -- eviction and rebase ----------------------------------------------------------------
     def _evict(self, need: int) -> None:

@@ -1,0 +1,101 @@
+"""What only a persistent working state allows: undo, regenerate, edit and resend, fork, and
+copying a reply (a mixin of ChatScreen).
+
+Undo and regenerate ask the engine to roll its ring back (nothing is re-read); the engine
+answers `undone` with the edited transcript, which the screen redraws, and a regenerate then
+streams its new reply like any turn. Edit is undo with the message put back in the prompt.
+Fork asks for a name, has the engine copy the session, and switches to the copy.
+"""
+
+from __future__ import annotations
+
+from ..widgets.prompt import Prompt
+
+
+class ChatEdits:
+    edit_req: int | None = None  # the `undo` of an edit: its text goes back to the prompt
+    edit_text: str = ""
+    fork_req: int | None = None
+
+    def _can_edit(self, what: str) -> bool:
+        if self.fatal or not self.session_open:
+            self.note(f"Wait for the session to open, then {what}.", "warning")
+            return False
+        if self.busy:
+            self.note(f"Wait for the reply to end (Esc stops it), then {what}.", "warning")
+            return False
+        if len(self.messages) < 2 or self.messages[-1].role != "assistant" or \
+                self.messages[-2].role != "user":
+            self.note(f"Nothing to {what}: the conversation does not end with a reply.",
+                      "warning")
+            return False
+        return True
+
+    def action_regenerate(self) -> None:
+        if not self._can_edit("regenerate"):
+            return
+        options = self.engine.options
+        if self.send("regenerate", session=self.session, max_tokens=options.max_tokens,
+                     **options.sampling) is not None:
+            self.note("Regenerating the last reply…")
+
+    def action_undo(self) -> None:
+        if self._can_edit("undo") and self.send("undo", session=self.session) is not None:
+            self.note("Undoing the last turn…")
+
+    def action_edit_last(self) -> None:
+        if not self._can_edit("edit"):
+            return
+        text = self.messages[-2].content
+        request_id = self.send("undo", session=self.session)
+        if request_id is not None:
+            self.edit_req, self.edit_text = request_id, text
+            self.note("Taking your last message back to edit it…")
+
+    def action_copy_reply(self) -> None:
+        reply = next((m.content for m in reversed(self.messages)
+                      if m.role == "assistant" and m.content), None)
+        if self.current is not None and self.current.text:
+            reply = self.current.text  # the reply still streaming
+        if reply is None:
+            self.notify("There is no reply to copy yet.", severity="warning")
+            return
+        self.app.copy_to_clipboard(reply)
+        self.notify(f"Copied the last reply ({len(reply):,} characters)", title="Copy")
+
+    def action_fork(self) -> None:
+        from .new_session import NewSessionScreen
+
+        if self.fatal or not self.session_open:
+            self.note("Wait for the session to open, then fork it.", "warning")
+            return
+        self.app.push_screen(NewSessionScreen(self.data_dir(), title="Fork session",
+                                              suggestion_base=f"{self.session}-fork"),
+                             self._fork_as)
+
+    def _fork_as(self, name: str | None) -> None:
+        if name:
+            self.fork_req = self.send("fork", session=self.session, new=name)
+
+    # -- their answers (called from ChatEvents' table) -------------------------------------
+    async def handle_undone(self, event: dict) -> None:
+        await self._rebuild(event)
+        how = ("rolled back, nothing re-read" if event.get("method") == "rollback"
+               else f"replayed: {event.get('reason')}")
+        self.note(f"Took back {len(event.get('retracted') or [])} message(s) · {how}")
+        if event.get("req") is not None and event.get("req") == self.edit_req:
+            prompt = self.query_one(Prompt)
+            prompt.load_text(self.edit_text)
+            prompt.move_cursor(prompt.document.end)
+            prompt.focus()
+            self.edit_req = None
+            self.note("Edit your message; Enter sends it.")
+
+    async def handle_forked(self, event: dict) -> None:
+        if event.get("req") != self.fork_req:
+            return
+        self.fork_req = None
+        new = event.get("new")
+        self.notify(f"Forked {self.session!r} as {new!r} ({event.get('events', 0)} events); "
+                    "switching to the fork", title="Fork")
+        await self.switch_session(new)

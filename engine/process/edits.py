@@ -1,0 +1,54 @@
+"""Requests that edit a conversation's past: undo, regenerate, fork (docs/protocol.md).
+
+A mixin of EngineServer, run on its compute thread. Undo and regenerate roll the ring back
+(engine/session/undo.py) and save the snapshot right after, so that the next start boots warm
+into the edited conversation.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..session.fork import fork_session
+from ..session.runtime import transcript_fields
+from ..session.undo import EditReport, undo
+
+if TYPE_CHECKING:
+    from .protocol import Request
+    from .server import EngineServer
+
+
+class TurnEdits:
+    def _on_undo(self: EngineServer, request: Request) -> None:
+        runtime = self._runtime(request)
+        runtime.disarm_debounce()
+        report, _ = undo(runtime.session, keep_user=False)
+        self._undone(runtime, request, report)
+        self._save(runtime, request.id, wait=False)
+
+    def _on_regenerate(self: EngineServer, request: Request) -> None:
+        runtime = self._runtime(request)
+        runtime.disarm_debounce()
+        report, pending = undo(runtime.session, keep_user=True)
+        self._undone(runtime, request, report)
+        if pending is None:  # the replay found no message to answer (cannot happen)
+            raise ValueError("nothing to regenerate: no message is waiting for a reply")
+        self._answer(runtime, request.id, pending, request.settings,
+                     request.args.get("max_tokens"))
+
+    def _undone(self: EngineServer, runtime, request: Request, report: EditReport) -> None:
+        self.emit({"type": "undone", "req": request.id, "session": runtime.name,
+                   "method": report.method, "reason": report.reason or None,
+                   "retracted": report.retracted, "dropped_slots": report.dropped_slots,
+                   "ms": round(report.ms, 3), "transcript": transcript_fields(runtime.session)})
+        self._emit_ring(runtime, request.id)
+
+    def _on_fork(self: EngineServer, request: Request) -> None:
+        source, new = request.session, request.args["new"]
+        runtime = self.sessions.get(source or "")
+        if runtime is not None and not runtime.session.unusable:
+            runtime.disarm_debounce()
+            self._save(runtime, request.id, wait=True)  # fork the state as it is now
+        report = fork_session(self.data_dir, source, new)
+        self.emit({"type": "forked", "req": request.id, "session": source, "new": new,
+                   "events": report.events, "snapshot_bytes": report.snapshot_bytes})

@@ -1,0 +1,105 @@
+"""The shapes of the engine's events (docs/protocol.md, "Events"), for both sides.
+
+TypedDicts, so a client may annotate what it reads; nothing here is enforced at run time.
+Every event may also carry `req` (the id of the request that caused it) and `session`.
+EVENT_TYPES lists every type the engine emits: a front end's handler table is checked against
+it in the tests. Adding an event is one class here and one entry in EVENT_TYPES.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+
+class Event(TypedDict, total=False):
+    type: str
+    req: Any
+    session: str
+
+
+class Ready(Event, total=False):  # also `hello`
+    protocol: int
+    model: str  # the display name, built from the GGUF's metadata
+    model_path: str
+    fingerprint: str
+    backend: str
+    backend_info: dict
+    data_dir: str
+    sessions: list[str]
+
+
+class TranscriptEntry(TypedDict, total=False):
+    id: str
+    role: str
+    content: str
+    ts: str
+    stop: str | None
+    hidden: bool  # retracted, or a retraction or fork marker: front ends leave it out
+
+
+class Booted(Event, total=False):  # also `restored`
+    kind: str
+    reason: str
+    restore_ms: float
+    replay_ms: float
+    replayed_events: int
+    replayed_tokens: int
+    restored_slots: int
+    snapshot_bytes: int
+    phases_ms: dict[str, float]
+    warnings: list[str]
+    transcript: list[TranscriptEntry]
+    model: str  # the session's model (a session stays on the model it was made with)
+    model_path: str
+    fingerprint: str
+
+
+class TurnStarted(Event, total=False):
+    user_event_id: str
+
+
+class Token(Event, total=False):
+    text: str
+
+
+class EndOfTurn(Event, total=False):
+    reply: str
+    stop: str
+    event_id: str
+    prompt_tokens: int
+    decode_tokens: int
+    prefill_tok_s: float
+    decode_tok_s: float
+    clock: int
+
+
+class Undone(Event, total=False):
+    method: str  # "rollback" (nothing re-encoded) or "replay" (with `reason`)
+    reason: str
+    retracted: list[str]  # the stream ids taken back out
+    dropped_slots: int
+    ms: float
+    transcript: list[TranscriptEntry]
+
+
+class Forked(Event, total=False):
+    new: str
+    events: int
+    snapshot_bytes: int
+
+
+class Models(Event, total=False):
+    models: list[dict]  # the catalog's entries (docs/models.md, "Finding models")
+
+
+class Error(Event, total=False):
+    code: str
+    message: str
+    fatal: bool
+
+
+EVENT_TYPES = frozenset({
+    "ready", "hello", "progress", "booted", "restored", "replay_progress", "turn_started",
+    "token", "end_of_turn", "ring", "snapshot", "stream_event", "warning", "stats",
+    "boot_compare", "cancelling", "closed", "bye", "error", "undone", "forked", "models",
+})

@@ -1,0 +1,97 @@
+"""Forking a session: a new session that starts from another's state and goes its own way.
+
+The new stream begins with a `forked_from` marker (which session, up to which event), then
+holds a copy of the source's events with their ids, so that a copy of the source's snapshot,
+anchored at one of them, boots warm in the new session. From there on the two files are
+independent. Nothing is re-encoded; the source's files are only read.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ulid import ULID
+
+from ..errors import StreamError
+from ..fileio import create_exclusive, open_regular
+from ..paths import check_session_name
+from .replay import FORKED_FROM
+from .stream import StreamEvent, StreamLog, _now
+
+COPY_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class ForkReport:
+    source: str
+    name: str
+    events: int  # the source's events copied
+    snapshot_bytes: int  # 0 when the source had no snapshot (the fork then boots cold)
+    last_event_id: str | None
+
+
+def session_files(data_dir: Path, name: str) -> tuple[Path, Path]:
+    return data_dir / f"{name}.stream.jsonl", data_dir / f"{name}.snapshot.bin"
+
+
+def fork_session(data_dir: Path, source: str, name: str) -> ForkReport:
+    """Create session `name` from `source`'s stream and snapshot; ValueError if `name`
+    exists or `source` does not."""
+    check_session_name(source)
+    check_session_name(name)
+    if source == name:
+        raise ValueError(f"cannot fork session {source!r} onto itself")
+    data_dir = Path(data_dir)
+    src_stream, src_snapshot = session_files(data_dir, source)
+    new_stream, new_snapshot = session_files(data_dir, name)
+    if os.path.lexists(new_stream) or os.path.lexists(new_snapshot):
+        raise ValueError(f"session {name!r} already exists")
+    events = StreamLog(src_stream).read().events
+    if not events:
+        raise ValueError(f"session {source!r} has no conversation to fork")
+    snapshot_bytes = 0
+    if os.path.lexists(src_snapshot):
+        snapshot_bytes = _copy_file(src_snapshot, new_snapshot)
+    marker_id = ULID.from_int(int(ULID.from_str(events[0].id)) - 1)
+    marker = StreamEvent(str(marker_id), "system", "", _now(),
+                         {FORKED_FROM: {"session": source, "event": events[-1].id}})
+    lines = [marker.to_json()] + [event.to_json() for event in events]
+    try:
+        _write_new(new_stream, ("\n".join(lines) + "\n").encode("utf-8"))
+    except BaseException:
+        new_snapshot.unlink(missing_ok=True)
+        raise
+    return ForkReport(source, name, len(events), snapshot_bytes, events[-1].id)
+
+
+def _copy_file(source: Path, target: Path) -> int:
+    """Copy through a temporary name and rename: a reader never sees half a snapshot."""
+    tmp = target.with_name(target.name + ".tmp")
+    copied = 0
+    try:
+        with os.fdopen(open_regular(source, os.O_RDONLY), "rb") as src, \
+                os.fdopen(create_exclusive(tmp, 0o600), "wb") as dst:
+            while chunk := src.read(COPY_CHUNK):
+                dst.write(chunk)
+                copied += len(chunk)
+            dst.flush()
+            os.fsync(dst.fileno())
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise StreamError(f"cannot copy {source.name}: {exc.strerror or exc}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return copied
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        raise ValueError(f"session {path.name} already exists") from None
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
