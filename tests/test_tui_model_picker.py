@@ -51,8 +51,8 @@ async def test_picker_lists_models_and_starts_a_session_on_one(
     booted = lambda: [e for e in seen if e.get("type") == "booted"]  # noqa: E731
     async with app.run_test(size=(130, 40)) as pilot:
         await until(pilot, booted, "the first boot")
-        assert "Choose a model" in [c.title for c in app.get_system_commands(app.screen)]
-        await pilot.press("f3")
+        assert "Models" in [c.title for c in app.get_system_commands(app.screen)]
+        await pilot.press("f5")
         await until(pilot, lambda: isinstance(app.screen, ModelPickerScreen)
                     and app.screen.models, "the model list")
         picker = app.screen
@@ -80,7 +80,7 @@ async def test_picker_lists_models_and_starts_a_session_on_one(
         await pilot.pause(0.1)
         assert app.chat.query_one(StatusBar).model == event["model"]
         # An existing session's name is refused: it keeps the model it was made with.
-        await pilot.press("f3")
+        await pilot.press("f5")
         await until(pilot, lambda: isinstance(app.screen, ModelPickerScreen)
                     and app.screen.models, "the model list again")
         options = app.screen.query_one(OptionList)

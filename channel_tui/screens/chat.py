@@ -58,6 +58,8 @@ class ChatScreen(ChatEvents, ChatEdits, Screen):
                 tooltip="Boot comparison: cold against warm, side by side"),
         Binding("f2", "toggle_ring", "Ring", priority=True, id="ring", show=False,
                 tooltip="Show or hide the ring view (the model's working memory)"),
+        Binding("f5", "models", "Models", priority=True, id="models",
+                tooltip="Choose a model (GGUFs found on this machine) for a new session"),
     ]
 
     def __init__(self, session: str, engine: EngineLink) -> None:
