@@ -71,6 +71,12 @@ def phase_line(event: dict) -> str:
     parts = [f"{name.replace('_', ' ')} {ms(value)}" for name, value in phases.items()]
     if event.get("snapshot_bytes"):
         parts.append(f"snapshot {size(event['snapshot_bytes'])}")
+    if event.get("ring_slots"):
+        about = [f"{size(event['kv_bytes'])} K/V"] if event.get("kv_bytes") else []
+        if event.get("context_length"):
+            about.append(f"model context {event['context_length']:,}")
+        parts.append(f"ring {event['ring_slots']:,} slots" +
+                     (f" ({', '.join(about)})" if about else ""))
     return " · ".join(parts)
 
 

@@ -67,6 +67,10 @@ class Fake:
                 "data_dir": self.data_dir, "sessions": []}
 
     def boot_fields(self) -> dict:
+        return {**self._boot_kind_fields(), "ring_slots": CAPACITY, "context_length": 8192,
+                "kv_bytes": CAPACITY * 34_560}  # SmolLM2: 30 layers x 192 x (f16 K + f32 V)
+
+    def _boot_kind_fields(self) -> dict:
         if self.cold:
             return {"kind": "cold", "reason": "no snapshot", "restore_ms": 0.0,
                     "replay_ms": 1840.0, "replayed_events": 3, "replayed_tokens": 276,

@@ -32,6 +32,8 @@ def test_protocol_round_trip(engine, tmp_path) -> None:
     assert [m["role"] for m in booted["transcript"]] == ["system"]
     ring = e.wait_for("ring")
     assert ring["anchors"] == ring["active"] > 0 and len(ring["cells"]) == ring["capacity"]
+    assert booted["ring_slots"] == ring["capacity"] <= booted["context_length"]
+    assert booted["kv_bytes"] > 0
     request_id = e.send({"type": "turn", "session": "s", "text": "hello", "max_tokens": 6})
     started = e.wait_for("turn_started")
     end = e.wait_for("end_of_turn")

@@ -52,6 +52,9 @@ class Booted(Event, total=False):  # also `restored`
     model: str  # the session's model (a session stays on the model it was made with)
     model_path: str
     fingerprint: str
+    ring_slots: int  # the ring's size: at most the model's trained context
+    context_length: int
+    kv_bytes: int
 
 
 class TurnStarted(Event, total=False):

@@ -25,6 +25,7 @@ from ..session.replay import is_withdrawal
 from ..session.runtime import (
     SessionRuntime,
     boot_fields,
+    ring_size_fields,
     ring_summary,
     save_fields,
     transcript_fields,
@@ -220,7 +221,8 @@ class EngineServer(TurnEdits):
         if note:
             self.emit({"type": "warning", "req": request.id, "session": name, "message": note})
         self.emit({"type": "booted", "req": request.id, "session": name, **boot_fields(report),
-                   **self.models.fields(model), "transcript": transcript_fields(runtime.session)})
+                   **self.models.fields(model), **ring_size_fields(session.conversation),
+                   "transcript": transcript_fields(runtime.session)})
         self._emit_ring(runtime, request.id)
         self._poll(name)  # anything appended while we booted
         pending = session.begin_pending()

@@ -105,6 +105,15 @@ def boot_fields(report: BootReport) -> dict:
     }
 
 
+def ring_size_fields(conv) -> dict:
+    """How large the session's ring is: its slots, the model's trained context that bounds
+    them, and the bytes its keys and values take (RingPolicy.for_model)."""
+    views = conv.arena.views()
+    return {"ring_slots": conv.policy.max_slots,
+            "context_length": conv.model.config.context_length,
+            "kv_bytes": int(views.k_cache.nbytes + views.v_cache.nbytes)}
+
+
 def save_fields(result: SaveResult) -> dict:
     fields = {"status": result.status.name.lower(), "bytes": result.bytes,
               "ms": round(result.ms, 3), "clock": result.clock}
