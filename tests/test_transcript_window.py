@@ -59,3 +59,22 @@ def test_a_template_that_is_not_local_is_rendered_in_full(real_model) -> None:
     assert t.window_ok is False and t._window_checks < WINDOW_CHECKS
     assert rendered == numbered.render([{"role": e.role, "content": e.content}
                                         for e in stream])
+
+
+def test_bos_starts_the_ring_once(tmp_path) -> None:
+    """A model that wants BOS gets it first, as llama.cpp tokenizes a prompt: once when the
+    template writes `bos_token` (Mistral, Llama 3, Phi-3), added when it does not."""
+    from pathlib import Path
+
+    from engine.model.model import load_model
+
+    model = load_model(Path(__file__).parent / "fixtures" / "arch" / "mistral.gguf", tmp_path)
+    bos = model.tokenizer.bos_id
+    assert model.tokenizer.add_bos and bos is not None
+    no_bos = ChatTemplate("{% for m in messages %}{{ '[INST] ' + m['content'] + ' [/INST]' }}"
+                          "{% endfor %}", model.template.bos_token, model.template.eos_token)
+    for template in (model.template, no_bos):
+        t = Transcript(template, model.tokenizer, model.fingerprint, model.config.vocab_size)
+        ids = t.user_turn("Hello there")
+        assert ids[0] == bos and ids.count(bos) == 1
+        assert bos not in t.user_turn("And again")  # only the ring's first tokens

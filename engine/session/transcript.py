@@ -82,7 +82,7 @@ class Transcript:
         mark = self.mark()
         self.messages.append({"role": "user", "content": text})
         try:
-            return encode_with_content(self.tokenizer, self._advance(True), text)
+            return self._encode_new(self._advance(True), text, at_start=not mark[1])
         except BaseException:
             self.rewind(mark)
             raise
@@ -102,8 +102,8 @@ class Transcript:
             if exact:
                 return list(ids) + self.close_assistant(event.content)
             self.messages.append({"role": event.role, "content": event.content})
-            return encode_with_content(self.tokenizer, self._advance(generation_prompt),
-                                       event.content)
+            return self._encode_new(self._advance(generation_prompt), event.content,
+                                    at_start=not mark[1])
         except BaseException:
             self.rewind(mark)
             raise
@@ -128,6 +128,16 @@ class Transcript:
         if not body.startswith(content):
             raise ChatTemplateError("chat template rewrites assistant replies; cannot replay")
         return self.tokenizer.encode(body[len(content) :])
+
+    def _encode_new(self, text: str, content: str, at_start: bool) -> list[int]:
+        """Tokens for rendered `text` holding a message's `content`. The ring's first tokens
+        start with BOS when the model wants one and the template did not write it, as
+        llama.cpp tokenizes a prompt (templates that write `bos_token` get no second one)."""
+        ids = encode_with_content(self.tokenizer, text, content)
+        bos = self.tokenizer.bos_id
+        if at_start and self.tokenizer.add_bos and bos is not None and ids[:1] != [bos]:
+            ids.insert(0, bos)
+        return ids
 
     def _advance(self, generation_prompt: bool) -> str:
         delta = self._extension(generation_prompt)
