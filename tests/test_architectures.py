@@ -21,7 +21,7 @@ from engine.snapshot.format import identity_of
 from engine.state.conversation import Conversation
 
 from .parity import run_steps
-from .tiny_model import TinySpec, write_tiny_gguf
+from .tiny_model import TinySpec, field_value, write_tiny_gguf
 
 VARIANTS = {
     "llama3-scaled": TinySpec(rope_freq_factors=True, context_length=40),
@@ -100,6 +100,9 @@ def layer_names(arch: str) -> list[str]:
      "tensor 'blk.0.attn_output.bias' is not part of llama"),
     (metadata("qwen2", **{"qwen2.rope.scaling.attn_factor": 1.2}), layer_names("qwen2"),
      "attention factor"),
+    (metadata("llama", **{"llama.expert_count": "eight"}), layer_names("llama"),
+     "'llama.expert_count' is not a number ('eight')"),
+    (metadata("llama", **{"llama.block_count": None}), [], "lacks 'llama.block_count'"),
 ])
 def test_support_problem_names_what_is_missing(get, names, reason) -> None:
     assert reason in support_problem(get, names)
@@ -177,3 +180,25 @@ def test_placement_fits_backend_and_ring_to_each_model(tmp_path) -> None:
     assert cpu.name in ("ggml", "numpy") and placement.backend(qwen2) is cpu  # made once
     assert placement.policy(qwen2).max_slots == 40  # its trained context, below the 64 asked
     assert Placement(Choice(cpu, None)).policy(qwen2) is None  # sized by the conversation
+
+
+def test_metadata_of_the_wrong_type_is_one_line(tmp_path) -> None:
+    path = write(tmp_path, TinySpec())
+    reader = gguf.GGUFReader(path)
+    bad = tmp_path / "bad.gguf"
+    w = gguf.GGUFWriter(str(bad), "llama")
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        value, vtype, sub = field_value(field)
+        if key == "llama.attention.head_count":
+            value, vtype, sub = b"four", gguf.GGUFValueType.STRING, None
+        w.add_key_value(key, value, vtype, sub_type=sub)
+    for t in reader.tensors:
+        w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(UnsupportedArchitectureError, match="value of the wrong type"):
+        open_model(bad)

@@ -102,16 +102,24 @@ def support_problem(get: Metadata, tensor_names: Collection[str]) -> str | None:
         why = NOT_YET.get(str(name), f"supported: {supported_names()}")
         return f"architecture {name!r} is not supported ({why})"
     arch = ARCHITECTURES[name]
-    if int(get(f"{name}.expert_count") or 0) > 0:
+    numbers = {}
+    for key, default in (("expert_count", 0), ("rope.scaling.factor", 0.0),
+                         ("rope.scaling.attn_factor", 1.0), ("attention.sliding_window", 0),
+                         ("block_count", 0)):
+        value = get(f"{name}.{key}")
+        if value is not None and (isinstance(value, bool) or
+                                  not isinstance(value, (int, float))):
+            return f"{name}: metadata '{name}.{key}' is not a number ({value!r:.40})"
+        numbers[key] = default if value is None else value
+    if numbers["expert_count"] > 0:
         return f"{name}: mixture-of-experts layers are not implemented"
     scaling = get(f"{name}.rope.scaling.type") or "none"
-    factor = float(get(f"{name}.rope.scaling.factor") or 0.0)
-    if scaling not in ROPE_SCALING_TYPES and factor not in (0.0, 1.0):
+    if scaling not in ROPE_SCALING_TYPES and numbers["rope.scaling.factor"] not in (0.0, 1.0):
         return f"{name}: RoPE scaling {scaling!r} is not implemented"
-    attn_factor = get(f"{name}.rope.scaling.attn_factor")
-    if attn_factor is not None and float(attn_factor) != 1.0:
-        return f"{name}: RoPE attention factor {float(attn_factor)} is not implemented"
-    window = int(get(f"{name}.attention.sliding_window") or 0)
+    if numbers["rope.scaling.attn_factor"] != 1.0:
+        return (f"{name}: RoPE attention factor {numbers['rope.scaling.attn_factor']} "
+                f"is not implemented")
+    window = numbers["attention.sliding_window"]
     if 0 < window < SLIDING_WINDOW_IGNORED_FROM and name != "phi3":
         # phi3's converters record a window that llama.cpp ignores (llama.cpp PR 13676); so do
         # we. A window as long as the largest default ring never slides in it.
@@ -121,7 +129,7 @@ def support_problem(get: Metadata, tensor_names: Collection[str]) -> str | None:
         return f"{name}: LongRoPE (rope_factors_long/short) is not implemented"
     if "rope_freqs.weight" in names and not arch.rope_freq_factors:
         return f"{name}: per-frequency RoPE factors are not implemented for this architecture"
-    n_layers = int(get(f"{name}.block_count") or 0)
+    n_layers = int(numbers["block_count"])
     if n_layers <= 0:
         return f"{name}: metadata lacks '{name}.block_count'"
     expected = arch.model_tensors(n_layers, "output.weight" not in names,

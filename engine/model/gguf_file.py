@@ -93,7 +93,11 @@ def open_model(path: str | os.PathLike) -> ModelFile:
                 f"tensor {t.name} has unsupported type {t.tensor_type.name} "
                 f"(supported: {', '.join(sorted(q.name for q in SUPPORTED_TENSOR_TYPES))}): {path}"
             )
-    config = _config_from_metadata(get, tensors, path)
+    try:
+        config = _config_from_metadata(get, tensors, path)
+    except (TypeError, ValueError) as exc:  # a string where a count belongs, and the like
+        raise UnsupportedArchitectureError(
+            f"model metadata has a value of the wrong type ({exc}): {path}") from None
     return ModelFile(
         path=path,
         reader=reader,
