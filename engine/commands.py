@@ -1,0 +1,209 @@
+"""What each `channel` subcommand does (engine/cli.py parses the command line)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from .cli_args import (
+    backend_and_model,
+    cache_dir,
+    data_dir,
+    load_model_with_progress,
+    model_roots,
+    opt,
+    pick_backend,
+    remember_model,
+    use_session_model,
+)
+from .process.protocol import Limits, message_problem
+
+
+def chat(args: argparse.Namespace) -> int:
+    from .session.session import Session
+    from .state.sampler import SamplingSettings
+
+    settings = SamplingSettings(args.temperature, args.top_k, args.top_p, args.seed)
+    if args.max_tokens < 1:
+        raise ValueError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+    problem = message_problem(args.message, Limits())
+    if problem:
+        raise ValueError(f"the message {problem}")
+    from .paths import check_session_name
+
+    name = check_session_name(opt(args, "session", "default"))
+    use_session_model(args, name)
+    backend, model = backend_and_model(args)
+    session = Session(model, data_dir(args), name, backend=backend)
+    boot = session.boot(cold=bool(opt(args, "cold", False)))
+    remember_model(args, name, model)
+    for warning in boot.warnings:
+        print(f"channel: warning: {warning}", file=sys.stderr)
+    if not args.json:
+        print(boot_line(boot), file=sys.stderr)
+    stream_text = None if args.json else _print_piece
+    result = session.turn(args.message, settings, args.max_tokens, on_text=stream_text)
+    saved = session.save(wait=True)
+    if saved.error:
+        print(f"channel: warning: snapshot not saved: {saved.error}", file=sys.stderr)
+    ring = session.conversation.ring
+    if args.json:
+        print(json.dumps({
+            "reply": result.reply,
+            "reply_ids": result.reply_ids,
+            "stop": result.stop,
+            "prompt_tokens": result.prompt_tokens,
+            "decode_tokens": len(result.reply_ids),
+            "prefill_tok_s": round(result.prefill_tok_s, 2),
+            "decode_tok_s": round(result.decode_tok_s, 2),
+            "ring_active": ring.n_active,
+            "ring_anchors": ring.n_anchors,
+            "clock": ring.clock,
+            "boot": boot.kind,
+            "boot_reason": boot.reason,
+            "restore_ms": round(boot.restore_ms, 3),
+            "replay_ms": round(boot.replay_ms, 3),
+            "replayed_events": boot.replayed_events,
+            "replayed_tokens": boot.replayed_tokens,
+            "restored_slots": boot.restored_slots,
+            "boot_phases_ms": {k: round(v, 3) for k, v in boot.phases_ms.items()},
+            "snapshot": {"status": saved.status.name.lower(), "bytes": saved.bytes,
+                         "ms": round(saved.ms, 3), "error": saved.error},
+            "session": session.name,
+            "model": model.name,
+            "backend": backend.name,
+        }, ensure_ascii=False))
+    else:
+        print()
+    return 0
+
+
+def boot_line(boot) -> str:
+    """One line a person reads at startup: which boot, why, and what each phase cost."""
+    if boot.kind == "warm":
+        return (f"Warm boot · restored {boot.restored_slots:,} slots in {boot.restore_ms:.0f} ms"
+                f" · replayed {boot.replayed_events} events in {boot.replay_ms:.0f} ms")
+    return (f"Cold boot ({boot.reason}) · replayed {boot.replayed_events} events, "
+            f"{boot.replayed_tokens:,} tokens in {boot.replay_ms:.0f} ms")
+
+
+def _print_piece(piece: str) -> None:
+    sys.stdout.write(piece)
+    sys.stdout.flush()
+
+
+def models(args: argparse.Namespace) -> int:
+    from .model.catalog import scan
+    from .model.catalog_table import render_table
+
+    entries = scan(model_roots())
+    if args.json:
+        for entry in entries:
+            print(json.dumps(entry.to_json(), ensure_ascii=False))
+    else:
+        print(render_table(entries))
+    return 0
+
+
+def perplexity(args: argparse.Namespace) -> int:
+    from .tools.perplexity import perplexity
+
+    text = args.text.read_text(encoding="utf-8")
+    backend, model = backend_and_model(args)
+    result = perplexity(model, text, args.ring_slots, backend)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"{result['tokens']} tokens, perplexity {result['perplexity']:.3f} "
+              f"(ring {result['ring_slots']} slots, {result['evicted']} evicted, "
+              f"{result['rebases']} rebases, {result['backend']})")
+    return 0
+
+
+def send(args: argparse.Namespace) -> int:
+    """Append a user event; a running engine with the session open answers it."""
+    import time
+
+    from .paths import check_session_name
+    from .session.stream import StreamLog
+
+    problem = message_problem(args.text, Limits())  # what the engine would take in a turn
+    if problem:
+        raise ValueError(f"the message {problem}")
+    name = check_session_name(opt(args, "session", "default"))
+    log = StreamLog(data_dir(args) / f"{name}.stream.jsonl")
+    start = log.read()
+    sent = log.append("user", args.text)
+    if args.no_wait:
+        print(sent.id)
+        return 0
+    offset, deadline = start.end_offset, time.monotonic() + args.timeout
+    seen_ours = False
+    while time.monotonic() < deadline:
+        read = log.read(offset)
+        offset = read.end_offset
+        for event in read.events:
+            seen_ours = seen_ours or event.id == sent.id
+            if seen_ours and event.role == "assistant":
+                print(event.content)
+                return 0
+        time.sleep(0.2)
+    print(f"channel: sent {sent.id}; no engine answered within {args.timeout:g} s (the "
+          f"message is kept and answered when session {name!r} is next opened)",
+          file=sys.stderr)
+    return 3
+
+
+def snapshot_inspect(args: argparse.Namespace) -> int:
+    from .snapshot.inspect import inspect_snapshot, render_inspection
+
+    model = load_model_with_progress(args) if opt(args, "model") else None
+    report = inspect_snapshot(args.path, model)
+    print(json.dumps(report) if args.json else render_inspection(report))
+    return 0 if report["valid"] else 1
+
+
+def fork(args: argparse.Namespace) -> int:
+    """Works beside a running engine: a fork copies the last snapshot and the whole stream,
+    and the new session replays whatever the snapshot does not hold yet."""
+    from .session.fork import fork_session
+
+    report = fork_session(data_dir(args), args.source, args.new)
+    state = (f"snapshot {report.snapshot_bytes:,} bytes" if report.snapshot_bytes
+             else "no snapshot: it boots cold")
+    print(f"forked {report.source!r} as {report.name!r}: {report.events} events, {state}")
+    return 0
+
+
+def doctor(args: argparse.Namespace) -> int:
+    from .tools.doctor import diagnose, render
+
+    report = diagnose(opt(args, "model"), data_dir(args), cache_dir(args))
+    print(json.dumps(report) if args.json else render(report))
+    return 0
+
+
+def bench(args: argparse.Namespace) -> int:
+    from .tools.bench import run_benchmarks
+
+    result = run_benchmarks(opt(args, "model"), cache_dir(args), quick=args.quick,
+                            scratch_dir=data_dir(args), backend=pick_backend(args).backend)
+    print(json.dumps(result))
+    return 0
+
+
+def run_app(args: argparse.Namespace) -> int:
+    """`channel` with no subcommand: the Textual app, which spawns the engine as a child."""
+    from channel_tui.app import run_app
+    from channel_tui.options import AppOptions
+
+    explicit_cache = opt(args, "cache_dir") or os.environ.get("CHANNEL_CACHE_DIR")
+    return run_app(AppOptions(
+        data_dir=data_dir(args), session=opt(args, "session", "default"),
+        model=opt(args, "model"), backend=opt(args, "backend"),
+        cold=bool(opt(args, "cold", False)),
+        cache_dir=Path(explicit_cache) if explicit_cache else None,
+    ))
