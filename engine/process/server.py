@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,16 +26,15 @@ from ..session.runtime import (
     boot_fields,
     ring_size_fields,
     ring_summary,
-    save_fields,
     transcript_fields,
 )
 from ..session.session import PendingTurn, Session, TurnResult
 from ..session.session_models import SessionModels
 from ..session.watch import StreamWatcher
-from ..snapshot.writer import SaveResult
 from ..state.sampler import SamplingSettings
 from .edits import TurnEdits
 from .protocol import PROTOCOL_VERSION, Limits, ProtocolError, Request, parse_request
+from .snapshots import SnapshotRequests
 
 log = logging.getLogger("channel.engine")
 Emit = Callable[[dict], None]
@@ -48,7 +46,7 @@ class BootAbandoned(Exception):
     """Raised from a replay progress callback to stop opening a session."""
 
 
-class EngineServer(TurnEdits):
+class EngineServer(TurnEdits, SnapshotRequests):
     def __init__(self, model: Model, data_dir: Path, emit: Emit, debounce_s: float = 5.0,
                  placement: Placement | None = None, limits: Limits | None = None,
                  models: SessionModels | None = None):
@@ -273,22 +271,6 @@ class EngineServer(TurnEdits):
                                                  "due_in_ms": round(self.debounce_s * 1e3)})
         return result
 
-    def _on_save(self, request: Request) -> None:
-        runtime = self._runtime(request)
-        runtime.disarm_debounce()
-        self._save(runtime, request.id, wait=True)
-
-    def _on_restore(self, request: Request) -> None:
-        runtime = self._runtime(request)
-        runtime.disarm_debounce()
-        t0 = time.perf_counter()
-        report = runtime.session.restore_now()
-        runtime.stream_offset = runtime.session.stream.read().end_offset
-        self.emit({"type": "restored", "req": request.id, "session": runtime.name,
-                   **boot_fields(report), "total_ms": round((time.perf_counter() - t0) * 1e3, 3),
-                   "transcript": transcript_fields(runtime.session)})
-        self._emit_ring(runtime, request.id)
-
     def _on_stats(self, request: Request) -> None:
         # Runs on the reader thread, beside the compute thread: it only reads, and works on
         # a copy of the session table, which the compute thread may change meanwhile.
@@ -305,17 +287,6 @@ class EngineServer(TurnEdits):
         self.emit({"type": "stats", "req": request.id, **engine, "sessions": sessions,
                    "rss_mb": round(rss_mb()[0], 1)})
 
-    def _on_boot_compare(self, request: Request) -> None:
-        from ..session.boot_compare import compare_boots
-
-        runtime = self._runtime(request)
-        self._save(runtime, request.id, wait=True)
-        result = compare_boots(runtime.session.model, self.data_dir, runtime.name,
-                               self.placement.policy(runtime.session.model.config),
-                               self.placement.backend(runtime.session.model.config))
-        self.emit({"type": "boot_compare", "req": request.id, "session": runtime.name,
-                   **result})
-
     def _on_models(self, request: Request) -> None:
         self.emit({"type": "models", "req": request.id, "models": self.models.catalog()})
 
@@ -326,25 +297,7 @@ class EngineServer(TurnEdits):
         self.models.release(runtime.name)
         self.emit({"type": "closed", "req": request.id, "session": runtime.name})
 
-    # -- snapshots and the stream -----------------------------------------------------------
-    def _save(self, runtime: SessionRuntime, request_id, wait: bool) -> SaveResult:
-        def done(result: SaveResult) -> None:
-            self._snapshot_event(runtime, request_id, save_fields(result))
-
-        if not wait:
-            self._snapshot_event(runtime, request_id, {"status": "saving"})
-        runtime.session.snapshots.wait()
-        return runtime.session.save(wait=wait, on_done=done)
-
-    def _autosave(self, name: str) -> None:
-        runtime = self.sessions.get(name)
-        if runtime is not None and not runtime.turn_active and not self.stopping.is_set():
-            self._save(runtime, None, wait=False)
-
-    def _snapshot_event(self, runtime: SessionRuntime, request_id, fields: dict) -> None:
-        runtime.snapshot_state = fields["status"]
-        self.emit({"type": "snapshot", "req": request_id, "session": runtime.name, **fields})
-
+    # -- the stream -------------------------------------------------------------------------
     def _poll(self, name: str) -> None:
         """Take in events other programs appended to an open session's stream."""
         runtime = self.sessions.get(name)
@@ -369,14 +322,6 @@ class EngineServer(TurnEdits):
             else:
                 session.ingest_event(event)
                 self._emit_ring(runtime, None)
-
-    def _flush(self, runtime: SessionRuntime, request_id) -> None:
-        runtime.disarm_debounce()
-        if runtime.session.unusable:  # its state must not replace the snapshot on disk
-            self._snapshot_event(runtime, request_id, {
-                "status": "failed", "error": f"not saved: {runtime.session.unusable}"})
-            return
-        self._save(runtime, request_id, wait=True)
 
     def _shutdown(self, request_id, reason: str) -> None:
         for runtime in list(self.sessions.values()):
