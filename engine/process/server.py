@@ -1,10 +1,10 @@
 """The engine process's request loop (docs/protocol.md).
 
 Threads: a reader (reader.py) hands stdin lines to `submit_line`, which validates each in
-full (protocol.py) and turns it into a job; `cancel`, `stats` and `shutdown` act at once, so
-a long prefill never leaves the engine unobservable. One compute thread runs jobs in order, so
-a session's state is only ever changed there; snapshot writers and debounce timers run beside
-it and hand their results back as events or jobs.
+full (protocol.py) and turns it into a job; `cancel`, `stats`, `models` and `shutdown` act at
+once, so a long prefill never leaves the engine unobservable. One compute thread runs jobs in
+order, so a session's state is only ever changed there; snapshot writers and debounce timers
+run beside it and hand their results back as events or jobs.
 """
 
 from __future__ import annotations
@@ -64,12 +64,14 @@ class EngineServer(TurnEdits, SnapshotRequests):
         self.stopping = threading.Event()
         self.done = threading.Event()
         self.watcher = StreamWatcher(self.data_dir, lambda name: self.jobs.put(("poll", name)))
-        # The requests the compute thread serves, one line each. `cancel`, `stats` and
-        # `shutdown` are answered at once on the reader thread instead (submit_line).
+        # Requests that only read (a copy of) the engine's state are answered at once on the
+        # reader thread, beside a running reply; `cancel` and `shutdown` act at once too.
+        self.immediate: dict[str, Handler] = {"stats": self._on_stats,
+                                              "models": self._on_models}
+        # The requests the compute thread serves, in order, one line each.
         self.handlers: dict[str, Handler] = {
             "hello": self._on_hello,
             "open": self._on_open,
-            "models": self._on_models,
             "turn": self._on_turn,
             "regenerate": self._on_regenerate,
             "undo": self._on_undo,
@@ -93,9 +95,9 @@ class EngineServer(TurnEdits, SnapshotRequests):
             self._cancel(request)
         elif request.type == "shutdown":
             self.request_shutdown("shutdown requested", request.id)
-        elif request.type == "stats":
+        elif request.type in self.immediate:
             try:
-                self._on_stats(request)
+                self.immediate[request.type](request)
             except ValueError as exc:
                 self._error(request, type(exc).__name__, _one_line(exc))
         else:
