@@ -198,3 +198,18 @@ def test_snapshot_crosses_backends(tiny_model, ggml_backend, tmp_path, direction
     la = source.forward.decode_one_token(42)
     lb = target.forward.decode_one_token(42)
     close(lb, la, REL_F16)
+
+
+def test_weights_are_shared_then_let_go_with_the_last_conversation(tiny_model,
+                                                                   ggml_backend) -> None:
+    """An engine whose sessions moved to another model must not keep the old weights."""
+    import gc
+    import weakref
+
+    first = Conversation(tiny_model, POLICY, backend=ggml_backend)
+    second = Conversation(tiny_model, POLICY, backend=ggml_backend)
+    assert first.forward.w is second.forward.w
+    weights = weakref.ref(first.forward.w)
+    del first, second
+    gc.collect()
+    assert weights() is None

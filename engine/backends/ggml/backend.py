@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+import weakref
 
 import numpy as np
 
@@ -43,7 +44,10 @@ class GgmlBackend:
             raise RuntimeError("ggml could not start its CPU backend")
         self.tuner = ThreadTuner(threads or default_threads())
         self._threads = 0
-        self._weights: dict[str, GgmlWeights] = {}
+        # Shared by the conversations on each model, and let go with the last of them: an
+        # engine whose sessions move to another model does not keep the old one's weights.
+        self._weights: weakref.WeakValueDictionary[str, GgmlWeights] = \
+            weakref.WeakValueDictionary()
 
     def arena_allocator(self) -> Allocator | None:
         return None
