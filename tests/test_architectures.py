@@ -202,3 +202,13 @@ def test_metadata_of_the_wrong_type_is_one_line(tmp_path) -> None:
     w.close()
     with pytest.raises(UnsupportedArchitectureError, match="value of the wrong type"):
         open_model(bad)
+
+
+def test_ring_never_outgrows_a_sliding_window(tmp_path) -> None:
+    from dataclasses import replace
+
+    cfg = replace(open_model(write(tmp_path, TinySpec(context_length=16384))).config,
+                  sliding_window=4096)  # Mistral 7B v0.1's
+    assert RingPolicy.for_model(cfg).max_slots == 4096
+    with pytest.raises(ValueError, match="longer than the model's attention window"):
+        RingPolicy.for_model(cfg, slots=8192)

@@ -90,7 +90,8 @@ class Placement:
         """None lets the conversation size its ring to the model and its memory budget."""
         if self.ring_slots is None:
             return None
-        return RingPolicy.for_model(cfg, slots=min(self.ring_slots, cfg.context_length))
+        longest = min(cfg.context_length, cfg.sliding_window or cfg.context_length)
+        return RingPolicy.for_model(cfg, slots=min(self.ring_slots, longest))
 
 
 def _cpu_choice(cache_dir: Path | None) -> Choice:

@@ -83,7 +83,9 @@ NOT_YET: dict[str, str] = {
 # RoPE scaling types (`<arch>.rope.scaling.type`) the forward passes implement. "linear"
 # divides positions by the factor; Llama 3's scaling comes as a rope_freqs tensor instead.
 ROPE_SCALING_TYPES = ("none", "linear")
-SLIDING_WINDOW_IGNORED_FROM = 4096  # RingPolicy's default max_slots
+# A window at least this long never slides inside a default ring (RingPolicy's max_slots);
+# a longer ring asked for is capped at the window (RingPolicy.for_model).
+SLIDING_WINDOW_IGNORED_FROM = 4096
 
 Metadata = Callable[[str], Any]  # key -> value or None
 
@@ -122,7 +124,7 @@ def support_problem(get: Metadata, tensor_names: Collection[str]) -> str | None:
     window = numbers["attention.sliding_window"]
     if 0 < window < SLIDING_WINDOW_IGNORED_FROM and name != "phi3":
         # phi3's converters record a window that llama.cpp ignores (llama.cpp PR 13676); so do
-        # we. A window as long as the largest default ring never slides in it.
+        # we. Rebase keeps every position in the ring within the ring's length of the newest.
         return f"{name}: sliding-window attention ({window} tokens) is not implemented"
     names = set(tensor_names)
     if any(n.startswith("rope_factors_") or ".rope_factors_" in n for n in names):

@@ -25,6 +25,7 @@ class ModelConfig:
     architecture: str = "llama"  # a key of architecture.ARCHITECTURES
     rope_freq_scale: float = 1.0  # linear RoPE scaling: positions are multiplied by this
     rope_freq_factors: tuple[float, ...] = ()  # (head_dim/2,) divisors of each frequency
+    sliding_window: int = 0  # attention span the model was trained with (0: its context)
 
     @property
     def arch(self) -> Architecture:
@@ -114,10 +115,15 @@ class RingPolicy:
                 raise ValueError(
                     f"a ring of {slots} slots is longer than the model's trained context "
                     f"({cfg.context_length} tokens)")
+            if cfg.sliding_window and slots > cfg.sliding_window:
+                raise ValueError(
+                    f"a ring of {slots} slots is longer than the model's attention window "
+                    f"({cfg.sliding_window} tokens)")
             return RingPolicy(max_slots=slots) if slots >= 4096 else RingPolicy().scaled_to(slots)
         per_slot = slot_bytes or cfg.kv_bytes_per_slot(4, 4)
         fits = max(RING_GRANULE, budget_bytes // per_slot // RING_GRANULE * RING_GRANULE)
-        return RingPolicy().scaled_to(min(RingPolicy.max_slots, cfg.context_length, fits))
+        longest = min(cfg.context_length, cfg.sliding_window or cfg.context_length)
+        return RingPolicy().scaled_to(min(RingPolicy.max_slots, longest, fits))
 
     def as_dict(self) -> dict:
         return {

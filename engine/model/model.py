@@ -29,8 +29,8 @@ from .weights import Weights, build_image, map_image
 
 Progress = Callable[[int, int], None]
 # 2: architecture fields in the config; 3: the tokenizer's add_bos and EOG set; 4: `name` is
-# the display name (display_name.py), not general.name.
-META_VERSION = 4
+# the display name (display_name.py), not general.name; 5: the config's sliding_window.
+META_VERSION = 5
 
 
 @dataclass(frozen=True)
