@@ -13,6 +13,7 @@ from pathlib import Path
 from . import commands
 from .cli_args import resolve_model_option
 from .errors import ChannelError
+from .model.config import DEFAULT_EVICT, EVICT_POLICIES
 from .process.protocol import BACKEND_CHOICES
 
 
@@ -55,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(ppl)
     ppl.add_argument("--text", required=True, type=Path, help="a UTF-8 text file")
     ppl.add_argument("--ring-slots", type=int, default=None, help="ring size (small: evicts)")
+    ppl.add_argument("--evict", default=DEFAULT_EVICT, choices=EVICT_POLICIES,
+                     help="what a full ring forgets (docs/memory.md)")
     ppl.add_argument("--json", action="store_true")
     ppl.set_defaults(handler=commands.perplexity)
 

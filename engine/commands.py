@@ -113,12 +113,13 @@ def perplexity(args: argparse.Namespace) -> int:
 
     text = args.text.read_text(encoding="utf-8")
     backend, model = backend_and_model(args)
-    result = perplexity(model, text, args.ring_slots, backend)
+    result = perplexity(model, text, args.ring_slots, backend, args.evict)
     if args.json:
         print(json.dumps(result))
     else:
         print(f"{result['tokens']} tokens, perplexity {result['perplexity']:.3f} "
-              f"(ring {result['ring_slots']} slots, {result['evicted']} evicted, "
+              f"(ring {result['ring_slots']} slots, {result['evict']}, "
+              f"{result['evicted']} evicted, "
               f"{result['rebases']} rebases, {result['backend']})")
     return 0
 

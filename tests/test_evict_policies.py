@@ -189,3 +189,36 @@ def test_decode_with_evictions_allocates_nothing(tiny_model, evict) -> None:
     report = measure_allocations(step, repeat=100)
     assert conv.ring.evicted > 0
     assert report.numpy_new_buffers == 0 and report.numpy_net_bytes <= 0
+
+
+def test_placement_and_engine_args_carry_the_policy(tiny_model) -> None:
+    from engine.__main__ import parse_args
+    from engine.backends.numpy.backend import NumpyBackend
+    from engine.backends.select import Choice, Placement
+
+    args = parse_args(["--evict", "tova", "--ring-slots", "128"])
+    cfg = tiny_model.config
+    placement = Placement(Choice(NumpyBackend(), None), ring_slots=args.ring_slots,
+                          evict=args.evict)
+    assert placement.policy(cfg).evict == "tova" and placement.policy(cfg).max_slots == 128
+    sized = Placement(Choice(NumpyBackend(), None), evict="window").policy(cfg)
+    assert sized.evict == "window" and sized.max_slots == cfg.context_length
+    assert Placement(Choice(NumpyBackend(), None)).policy(cfg) is None
+    with pytest.raises(SystemExit):
+        parse_args(["--evict", "lru"])
+
+
+def test_cli_perplexity_reads_through_the_asked_policy(tiny_gguf, tiny_cache, tmp_path,
+                                                        capsys) -> None:
+    import json
+
+    from engine.cli import main
+
+    text = tmp_path / "t.txt"
+    text.write_text("the cat sat on the mat and then it went to sleep. " * 12)
+    code = main(["perplexity", "--model", str(tiny_gguf), "--cache-dir", str(tiny_cache),
+                 "--backend", "numpy", "--text", str(text), "--ring-slots", "64",
+                 "--evict", "window", "--json"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["evict"] == "window" and result["evicted"] > 0
