@@ -92,6 +92,15 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--json", action="store_true", help="print one JSON object")
     doctor.set_defaults(handler=commands.doctor)
 
+    ev = sub.add_parser("eval", help="evaluations")
+    ev_sub = ev.add_subparsers(metavar="WHAT", required=True)
+    memory = ev_sub.add_parser("memory", help="what each eviction policy keeps (docs/memory.md)")
+    _add_common(memory)
+    memory.add_argument("--json", action="store_true", help="print one JSON object")
+    memory.add_argument("--quick", action="store_true", help="one short conversation")
+    memory.add_argument("--conversations", type=int, default=None, help="seeded conversations")
+    memory.set_defaults(handler=commands.eval_memory)
+
     bench = sub.add_parser("bench", help="benchmarks, as JSON")
     _add_common(bench)
     bench.add_argument("--json", action="store_true", help="print one JSON object (default)")
