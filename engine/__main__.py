@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .errors import ChannelError, UnusableFileError
 from .fileio import open_regular
+from .model.config import DEFAULT_EVICT, EVICT_POLICIES
 from .paths import default_cache_dir, default_data_dir
 from .process.protocol import (
     BACKEND_CHOICES,
@@ -74,6 +75,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     p.add_argument("--debounce-s", type=float, default=5.0, help="quiescence before autosave")
     p.add_argument("--ring-slots", type=int, default=None)
+    p.add_argument("--evict", default=DEFAULT_EVICT, choices=EVICT_POLICIES,
+                   help="what a full ring forgets (docs/memory.md)")
     p.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES,
                    help="refuse a message larger than this (UTF-8 bytes)")
     return p.parse_args(argv)
@@ -150,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         if choice.note:
             log.warning("%s", choice.note)
             emit({"type": "warning", "message": choice.note})
-        placement = Placement(choice, args.backend, cache_dir, args.ring_slots)
+        placement = Placement(choice, args.backend, cache_dir, args.ring_slots, args.evict)
         model = load_placed(placement, args.model, cache_dir, progress)
         if args.ring_slots:  # asked for: refused here if longer than the default model's context
             RingPolicy.for_model(model.config, slots=args.ring_slots)

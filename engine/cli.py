@@ -13,6 +13,7 @@ from pathlib import Path
 from . import commands
 from .cli_args import resolve_model_option
 from .errors import ChannelError
+from .model.config import DEFAULT_EVICT, EVICT_POLICIES
 from .process.protocol import BACKEND_CHOICES
 
 
@@ -55,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(ppl)
     ppl.add_argument("--text", required=True, type=Path, help="a UTF-8 text file")
     ppl.add_argument("--ring-slots", type=int, default=None, help="ring size (small: evicts)")
+    ppl.add_argument("--evict", default=DEFAULT_EVICT, choices=EVICT_POLICIES,
+                     help="what a full ring forgets (docs/memory.md)")
     ppl.add_argument("--json", action="store_true")
     ppl.set_defaults(handler=commands.perplexity)
 
@@ -88,6 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(doctor)
     doctor.add_argument("--json", action="store_true", help="print one JSON object")
     doctor.set_defaults(handler=commands.doctor)
+
+    ev = sub.add_parser("eval", help="evaluations")
+    ev_sub = ev.add_subparsers(metavar="WHAT", required=True)
+    memory = ev_sub.add_parser("memory", help="what each eviction policy keeps (docs/memory.md)")
+    _add_common(memory)
+    memory.add_argument("--json", action="store_true", help="print one JSON object")
+    memory.add_argument("--quick", action="store_true", help="one short conversation")
+    memory.add_argument("--conversations", type=int, default=None, help="seeded conversations")
+    memory.set_defaults(handler=commands.eval_memory)
 
     bench = sub.add_parser("bench", help="benchmarks, as JSON")
     _add_common(bench)

@@ -113,13 +113,39 @@ def perplexity(args: argparse.Namespace) -> int:
 
     text = args.text.read_text(encoding="utf-8")
     backend, model = backend_and_model(args)
-    result = perplexity(model, text, args.ring_slots, backend)
+    result = perplexity(model, text, args.ring_slots, backend, args.evict)
     if args.json:
         print(json.dumps(result))
     else:
         print(f"{result['tokens']} tokens, perplexity {result['perplexity']:.3f} "
-              f"(ring {result['ring_slots']} slots, {result['evicted']} evicted, "
+              f"(ring {result['ring_slots']} slots, {result['evict']}, "
+              f"{result['evicted']} evicted, "
               f"{result['rebases']} rebases, {result['backend']})")
+    return 0
+
+
+def eval_memory(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from .tools.eval_memory import QUICK, EvalParams, evaluate_memory
+    from .tools.eval_memory_table import render_memory_table
+
+    params = QUICK if args.quick else EvalParams()
+    if args.conversations is not None:
+        if args.conversations < 1:
+            raise ValueError("--conversations must be at least 1")
+        params = dataclasses.replace(params, conversations=args.conversations)
+    backend, model = backend_and_model(args)
+
+    def progress(done: int, total: int, running: str) -> None:
+        filled = 30 * done // total
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} {running:<14}")
+        sys.stderr.flush()
+        if done == total:
+            sys.stderr.write("\n")
+
+    result = evaluate_memory(model, backend, params, progress)
+    print(json.dumps(result) if args.json else render_memory_table(result))
     return 0
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..model.config import ModelConfig, RingPolicy
+from ..model.config import DEFAULT_EVICT, ModelConfig, RingPolicy
 from ..process.protocol import BACKEND_CHOICES
 from .base import Backend
 from .ggml.lib import available as ggml_problem
@@ -67,8 +67,8 @@ def fit_to_model(choice: Choice, requested: str, cfg: ModelConfig,
 
 @dataclass
 class Placement:
-    """Where each model a process loads runs, and how large its ring is: the process's
-    backend and --ring-slots, fitted per model. `auto` leaves a GPU backend that lacks a
+    """Where each model a process loads runs, and its ring: the process's backend,
+    --ring-slots and --evict, fitted per model. `auto` leaves a GPU backend that lacks a
     model's architecture (one CPU backend is made for all such models), and an asked-for ring
     never exceeds a model's trained context."""
 
@@ -76,6 +76,7 @@ class Placement:
     requested: str = "auto"
     cache_dir: Path | None = None
     ring_slots: int | None = None
+    evict: str = DEFAULT_EVICT  # the rings' eviction policy (--evict)
     _cpu: Choice | None = field(default=None, repr=False)
 
     def backend(self, cfg: ModelConfig) -> Backend:
@@ -89,9 +90,13 @@ class Placement:
     def policy(self, cfg: ModelConfig) -> RingPolicy | None:
         """None lets the conversation size its ring to the model and its memory budget."""
         if self.ring_slots is None:
-            return None
+            if self.evict == DEFAULT_EVICT:
+                return None
+            key_bytes = self.backend(cfg).key_dtype.itemsize  # what the conversation would use
+            return RingPolicy.for_model(cfg, cfg.kv_bytes_per_slot(key_bytes, 4),
+                                        evict=self.evict)
         longest = min(cfg.context_length, cfg.sliding_window or cfg.context_length)
-        return RingPolicy.for_model(cfg, slots=min(self.ring_slots, longest))
+        return RingPolicy.for_model(cfg, slots=min(self.ring_slots, longest), evict=self.evict)
 
 
 def _cpu_choice(cache_dir: Path | None) -> Choice:

@@ -62,6 +62,10 @@ class ModelConfig:
 # get the full 4096 slots (35, 86 and 197 KB per slot in f32); a 70B model gets 2048.
 DEFAULT_RING_BUDGET = 1 << 30
 RING_GRANULE = 256  # budget-limited rings are a whole number of eviction batches
+# How a full ring picks what to forget (docs/memory.md): EMA-decayed attention mass, the
+# oldest slots (StreamingLLM), accumulated mass (H2O), the latest query's attention (TOVA).
+EVICT_POLICIES = ("salience", "window", "h2o", "tova")
+DEFAULT_EVICT = "salience"
 
 
 @dataclass(frozen=True)
@@ -78,8 +82,12 @@ class RingPolicy:
     evict_batch: int = 256  # slots freed per eviction, so eviction runs rarely
     salience_decay: float = 0.995  # per ingested token; keeps age from buying salience
     prefill_chunk: int = 256  # rows per batched prefill pass; sizes the prefill scratch
+    evict: str = DEFAULT_EVICT  # which slots a full ring forgets: one of EVICT_POLICIES
 
     def __post_init__(self) -> None:
+        if self.evict not in EVICT_POLICIES:
+            raise ValueError(
+                f"unknown eviction policy {self.evict!r} (choose from {', '.join(EVICT_POLICIES)})")
         if self.max_slots < 2:
             raise ValueError(f"a ring needs at least 2 slots, got {self.max_slots}")
         if not 0 <= self.recent_window < self.max_slots:
@@ -102,14 +110,17 @@ class RingPolicy:
             evict_batch=min(self.evict_batch, max(1, max_slots // 16)),
             salience_decay=self.salience_decay,
             prefill_chunk=min(self.prefill_chunk, max(1, max_slots // 4)),
+            evict=self.evict,
         )
 
     @staticmethod
     def for_model(cfg: ModelConfig, slot_bytes: int | None = None, slots: int | None = None,
-                  budget_bytes: int = DEFAULT_RING_BUDGET) -> RingPolicy:
+                  budget_bytes: int = DEFAULT_RING_BUDGET,
+                  evict: str = DEFAULT_EVICT) -> RingPolicy:
         """The ring for `cfg`: `slots` if asked for (at most the trained context), else the
         default 4096, shrunk to the model's context and to what `budget_bytes` of K/V holds
-        at `slot_bytes` per slot (default: f32 keys and values)."""
+        at `slot_bytes` per slot (default: f32 keys and values); it forgets by `evict`."""
+        base = RingPolicy(evict=evict)
         if slots is not None:
             if slots > cfg.context_length:
                 raise ValueError(
@@ -119,11 +130,12 @@ class RingPolicy:
                 raise ValueError(
                     f"a ring of {slots} slots is longer than the model's attention window "
                     f"({cfg.sliding_window} tokens)")
-            return RingPolicy(max_slots=slots) if slots >= 4096 else RingPolicy().scaled_to(slots)
+            return RingPolicy(max_slots=slots, evict=evict) if slots >= 4096 \
+                else base.scaled_to(slots)
         per_slot = slot_bytes or cfg.kv_bytes_per_slot(4, 4)
         fits = max(RING_GRANULE, budget_bytes // per_slot // RING_GRANULE * RING_GRANULE)
         longest = min(cfg.context_length, cfg.sliding_window or cfg.context_length)
-        return RingPolicy().scaled_to(min(RingPolicy.max_slots, longest, fits))
+        return base.scaled_to(min(RingPolicy.max_slots, longest, fits))
 
     def as_dict(self) -> dict:
         return {
@@ -132,4 +144,5 @@ class RingPolicy:
             "evict_batch": self.evict_batch,
             "salience_decay": self.salience_decay,
             "prefill_chunk": self.prefill_chunk,
+            "evict": self.evict,
         }

@@ -2,8 +2,9 @@
 
 Slots [0, n_active) are live and kept in ingest order: the pinned Tier 1 anchors (the system
 prompt) first, then everything else oldest to newest. Keeping them compact means attention and
-snapshots touch one contiguous range per layer. When the ring is full, a batch of the lowest-
-salience slots outside the recent window is evicted and the survivors slide down in order.
+snapshots touch one contiguous range per layer. When the ring is full, a batch of slots outside
+the anchors and the recent window is evicted, chosen by the policy's scores (evict_policy.py),
+and the survivors slide down in order.
 When positions near the model's context length, a rebase re-indexes live slots to 0..n-1 by
 re-rotating their cached keys.
 
@@ -32,6 +33,7 @@ from .arena import (
     TURNS,
     StateArena,
 )
+from .evict_policy import choose_victims, update_scores
 
 
 class RingFullError(ValueError):
@@ -153,13 +155,9 @@ class KVRing:
             raise ValueError(f"stale slot span {span} (ring now holds {n} slots)")
         if anchors and int(c[N_ANCHORS]) != n:
             raise ValueError("anchors must be the first tokens of a conversation")
-        sal = v.slot_salience
-        np.multiply(sal[:n], self.policy.salience_decay**k, out=sal[:n])
-        sal[n : n + k] = 0.0
         # One pass adds 1.0 of mass per query token, layer and head; normalise to per token.
         scale = 1.0 / (self.cfg.n_layers * self.cfg.n_heads)
-        np.multiply(mass[: n + k], scale, out=mass[: n + k])
-        np.add(sal[: n + k], mass[: n + k], out=sal[: n + k])
+        update_scores(self.policy, v.slot_salience[: n + k], mass[: n + k], n, k, scale)
         v.slot_active[n : n + k] = 1
         np.add(v.slot_index[:k], span.pos, out=v.slot_pos[n : n + k])
         np.add(v.slot_index[:k], int(c[CLOCK]) + 1, out=v.slot_clock[n : n + k], casting="unsafe")
@@ -217,22 +215,9 @@ class KVRing:
         end = n - self.policy.recent_window  # candidates: [first, end)
         m = end - first
         k = min(max(need, self.policy.evict_batch), m)
-        key = v.evict_key[:m]
-        np.copyto(key, v.slot_salience[first:end])
-        # k-th smallest salience without allocating: partition a scratch copy in place.
-        ranked = v.evict_sorted[:m]
-        np.copyto(ranked, key)
-        ranked.partition(k - 1)
-        threshold = ranked[k - 1]
         victims = v.evict_mask[:m]
-        np.less(key, threshold, out=victims)
-        # Ties at the threshold: take the oldest ones until exactly k are chosen.
-        ties = v.keep_mask[:m]
-        np.equal(key, threshold, out=ties)
-        rank = v.tie_rank[:m]
-        np.cumsum(ties, out=rank)
-        np.logical_and(ties, rank <= k - int(np.count_nonzero(victims)), out=ties)
-        np.logical_or(victims, ties, out=victims)
+        choose_victims(self.policy, v.slot_salience[first:end], k, victims,
+                       v.evict_sorted[:m], v.keep_mask[:m], v.tie_rank[:m])
         keep = v.keep_mask[: n - first]
         np.logical_not(victims, out=keep[:m])
         keep[m:] = True

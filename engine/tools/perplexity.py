@@ -7,14 +7,15 @@ import math
 import numpy as np
 
 from ..backends.base import Backend
-from ..model.config import RingPolicy
+from ..model.config import DEFAULT_EVICT, RingPolicy
 from ..model.model import Model
 from ..state.conversation import Conversation
 
 
 def perplexity(model: Model, text: str, ring_slots: int | None = None,
-               backend: Backend | None = None) -> dict:
-    policy = RingPolicy() if ring_slots is None else RingPolicy().scaled_to(ring_slots)
+               backend: Backend | None = None, evict: str = DEFAULT_EVICT) -> dict:
+    base = RingPolicy(evict=evict)
+    policy = base if ring_slots is None else base.scaled_to(ring_slots)
     conv = Conversation(model, policy, backend=backend)
     return read_and_score(conv, model.tokenizer.encode(text))
 
@@ -51,6 +52,7 @@ def read_and_score(conv: Conversation, ids: list[int]) -> dict:
         "perplexity": math.exp(mean_nll),
         "mean_nll": mean_nll,
         "ring_slots": policy.max_slots,
+        "evict": policy.evict,
         "evicted": conv.ring.evicted,
         "rebases": conv.ring.rebases,
         "backend": conv.backend.name,

@@ -1,0 +1,84 @@
+"""`channel eval memory`: its conversations, its one-pass scoring, and its output, on a tiny
+model with a context long enough for the quick evaluation."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from gguf import GGMLQuantizationType as QT
+
+from engine.model.config import EVICT_POLICIES, RingPolicy
+from engine.state.conversation import Conversation
+from engine.tools.eval_memory import QUICK, Tally, evaluate_memory, score_conversation, segments_of
+from engine.tools.eval_memory_facts import make_dialogue
+from engine.tools.perplexity import read_and_score
+
+from .parity import tiny
+
+
+@pytest.fixture(scope="module")
+def long_tiny(tmp_path_factory):
+    return tiny(tmp_path_factory, QT.F32, context_length=2048)
+
+
+def test_dialogues_are_seeded_and_filler_never_gives_an_answer() -> None:
+    a, b = make_dialogue(3, 4, 6, 2), make_dialogue(3, 4, 6, 2)
+    assert a == b and a != make_dialogue(4, 4, 6, 2)
+    assert len(a.facts) == 4 and len(a.messages) == 1 + 2 * 4 + 2 * 6
+    filler = " ".join(m["content"] for m in a.messages[9:])
+    for fact in a.facts:
+        assert fact.answer in fact.statement and fact.answer not in filler
+    with pytest.raises(ValueError, match="facts must be between 1 and 8"):
+        make_dialogue(0, 9, 1, 1)
+
+
+def test_one_pass_scores_every_token_like_the_perplexity_tool(long_tiny) -> None:
+    segments = segments_of(long_tiny, make_dialogue(0, 2, 2, 1))
+    ids = [t for s in segments for t in s.tokens]
+    assert segments[0].anchors and sum(s.answer for s in segments) == 2
+    tally = Tally()
+    full = RingPolicy(max_slots=1024)
+    score_conversation(Conversation(long_tiny, full), segments, tally)
+    assert tally.predicted == len(ids) - 1 and tally.questions == 2
+    reference = read_and_score(Conversation(long_tiny, full), ids)
+    assert math.exp(tally.nll / tally.predicted) == pytest.approx(reference["perplexity"],
+                                                                  rel=1e-3)
+
+
+def test_quick_evaluation_has_the_issue_s_shape(long_tiny) -> None:
+    seen = []
+    result = evaluate_memory(long_tiny, None, QUICK, lambda d, t, _: seen.append((d, t)))
+    assert set(result) == {"default", "full", "policies"} and result["default"] == "salience"
+    assert set(result["policies"]) == set(EVICT_POLICIES)
+    assert seen[0][0] == 0 and seen[-1][0] == seen[-1][1] == 1 + 4 * 3
+    for scores in [result["full"]] + [s for p in result["policies"].values() for s in p.values()]:
+        assert set(scores) == {"ppl", "recall_exact", "answer_logprob"}
+        assert scores["ppl"] > 1 and 0 <= scores["recall_exact"] <= 1
+        assert scores["answer_logprob"] < 0
+    for budgets in result["policies"].values():
+        assert list(budgets) == ["0.125", "0.25", "0.5"]
+    # Evicting changes what the model sees: the smallest window reads differently.
+    assert result["policies"]["window"]["0.125"]["ppl"] != result["full"]["ppl"]
+
+
+def test_cli_prints_json_and_a_table(long_tiny, capsys) -> None:
+    from engine.cli import main
+
+    common = ["eval", "memory", "--quick", "--model", str(long_tiny.path), "--cache-dir",
+              str(long_tiny.path.parent / "cache"), "--backend", "numpy"]
+    assert main([*common, "--json"]) == 0
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert result["policies"]["h2o"]["0.25"]["ppl"] > 1
+    assert "13/13" in captured.err  # the progress bar reached its end
+    assert main(common) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:3] == ["policy", "budget", "ppl"]
+    assert len(table) == 2 + 4 * 3 + 1 and table[2].startswith("salience*")
+
+
+def test_a_conversation_longer_than_the_context_is_refused(tiny_model) -> None:
+    with pytest.raises(ValueError, match="does not fit the model's context"):
+        evaluate_memory(tiny_model, None, QUICK)
