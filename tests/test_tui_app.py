@@ -60,7 +60,7 @@ def raw_events(monkeypatch) -> list[dict]:
     return seen
 
 
-async def until(pilot, predicate: Callable[[], object], timeout: float = 30.0,
+async def until(pilot, predicate: Callable[[], object], timeout: float = 60.0,
                 what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not predicate():

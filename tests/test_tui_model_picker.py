@@ -5,8 +5,6 @@ and say why, and choosing one starts a new session that runs on it."""
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from textual.widgets import Input, OptionList
@@ -19,14 +17,7 @@ from channel_tui.screens.new_session import NewSessionScreen
 from channel_tui.widgets.status_bar import StatusBar
 
 from .model_homes import make_fake_home
-
-
-async def until(pilot, predicate: Callable[[], object], what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(0.05)
+from .test_tui_app import until
 
 
 async def test_picker_lists_models_and_starts_a_session_on_one(
@@ -50,11 +41,11 @@ async def test_picker_lists_models_and_starts_a_session_on_one(
     app.chat.handle_event = spy  # type: ignore[method-assign]
     booted = lambda: [e for e in seen if e.get("type") == "booted"]  # noqa: E731
     async with app.run_test(size=(130, 40)) as pilot:
-        await until(pilot, booted, "the first boot")
+        await until(pilot, booted, what="the first boot")
         assert "Models" in [c.title for c in app.get_system_commands(app.screen)]
         await pilot.press("f5")
         await until(pilot, lambda: isinstance(app.screen, ModelPickerScreen)
-                    and app.screen.models, "the model list")
+                    and app.screen.models, what="the model list")
         picker = app.screen
         options = picker.query_one(OptionList)
         paths = [m["path"] for m in picker.models]
@@ -69,11 +60,12 @@ async def test_picker_lists_models_and_starts_a_session_on_one(
             options.get_option_at_index(gemma).prompt)
         options.highlighted = paths.index(str(fake.paths["ollama"]))
         await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, NewSessionScreen), "the name dialog")
+        await until(pilot, lambda: isinstance(app.screen, NewSessionScreen),
+                    what="the name dialog")
         app.screen.query_one(Input).value = "picked"
         await pilot.press("enter")
         await until(pilot, lambda: any(e.get("session") == "picked" for e in booted()),
-                    "the new session's boot")
+                    what="the new session's boot")
         [event] = [e for e in booted() if e.get("session") == "picked"]
         assert event["model_path"] == str(fake.paths["ollama"].resolve())
         assert app.chat.session == "picked"
@@ -82,15 +74,16 @@ async def test_picker_lists_models_and_starts_a_session_on_one(
         # An existing session's name is refused: it keeps the model it was made with.
         await pilot.press("f5")
         await until(pilot, lambda: isinstance(app.screen, ModelPickerScreen)
-                    and app.screen.models, "the model list again")
+                    and app.screen.models, what="the model list again")
         options = app.screen.query_one(OptionList)
         options.highlighted = paths.index(str(fake.paths["lmstudio"]))
         await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, NewSessionScreen), "the name dialog")
+        await until(pilot, lambda: isinstance(app.screen, NewSessionScreen),
+                    what="the name dialog")
         app.screen.query_one(Input).value = "default"
         await pilot.press("enter")
         await until(pilot, lambda: any("keeps its model" in str(n.message)
-                                       for n in app._notifications), "the refusal")
+                                       for n in app._notifications), what="the refusal")
         assert app.chat.session == "picked" and len(booted()) == 2
     record = (tmp_path / "data" / "picked.model.json").read_text()
     assert str(fake.paths["ollama"].resolve()) in record
