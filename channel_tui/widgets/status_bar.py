@@ -65,7 +65,10 @@ class StatusBar(Widget):
             parts.append(Text.assemble(
                 ("ring ", "dim"), f"{r.get('active', 0):,}/{r.get('capacity', 0):,}",
                 ("  anchors ", "dim"), f"{r.get('anchors', 0):,}",
-                ("  clock ", "dim"), f"{r.get('clock', 0):,}"))
+                ("  clock ", "dim"), f"{r.get('clock', 0):,}",
+                # The eviction policy, when it is not the default (--evict, docs/memory.md).
+                *((("  evicts by ", "dim"), r["policy"]) if r.get("policy") not in
+                  (None, "salience") else ())))
         if self.tok_s is not None:
             parts.append(Text(f"{self.tok_s:.1f} tok/s"))
         snap = fmt.snapshot_text(self.snapshot, self.snapshot_saved_at)

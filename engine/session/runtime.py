@@ -89,7 +89,7 @@ def ring_summary(session: Session) -> dict:
     return {
         "active": n, "capacity": capacity, "anchors": anchors, "clock": ring.clock,
         "next_pos": ring.next_pos, "evicted": ring.evicted, "rebases": ring.rebases,
-        "recent_window": conv.policy.recent_window,
+        "recent_window": conv.policy.recent_window, "policy": conv.policy.evict,
         "cells": "".join(chars) + "." * (capacity - n),
     }
 
