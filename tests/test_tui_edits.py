@@ -4,6 +4,8 @@ edit and resend, fork, copy, and the command palette listing every action."""
 
 from __future__ import annotations
 
+import sys
+
 from channel_tui.widgets.prompt import Prompt
 from channel_tui.widgets.transcript import AssistantMessage, UserMessage
 
@@ -16,14 +18,22 @@ def users(app) -> list[str]:
     return [str(w.render()) for w in app.chat.query(UserMessage)]
 
 
+# The real engine, started 3 s late, so the message is typed while it is surely still
+# starting (a tiny model is otherwise ready within the keypress on a quiet machine).
+LATE_ENGINE = [sys.executable, "-c",
+               "import os, sys, time; time.sleep(3); "
+               "os.execv(sys.executable, [sys.executable, '-m', 'engine', *sys.argv[1:]])"]
+
+
 async def test_a_message_typed_before_the_engine_is_ready_is_queued_then_sent(
         make_app) -> None:
-    app = make_app()
+    app = make_app(engine_command=LATE_ENGINE)
     events = record_events(app)
     async with app.run_test(size=SIZE) as pilot:
         assert not app.chat.session_open  # the engine is still starting
         app.chat.query_one(Prompt).load_text("are you there?")
-        await pilot.press("enter")  # checked at once: the engine may be ready a moment later
+        await pilot.press("enter")
+        await pilot.pause(0.1)
         assert app.chat.queued == "are you there?"
         pending = app.chat.queued_widget
         assert pending is not None and "pending" in str(pending.border_title)
