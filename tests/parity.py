@@ -28,3 +28,17 @@ def run_steps(model, backend, ids, policy=POLICY):
     rows = [conv.ingest(ids[:5]).copy()]
     rows += [conv.forward.decode_one_token(t).copy() for t in ids[5:]]
     return np.stack(rows), conv
+
+
+def prefill_row_logits(model, ids, backend=None, policy: RingPolicy | None = None) -> np.ndarray:
+    """Logits after every prefix of `ids`: one chunked prefill's hidden rows, projected."""
+    conv = Conversation(model, policy or RingPolicy(), backend=backend)
+    rows: list[np.ndarray] = []
+
+    def keep(hidden: np.ndarray) -> None:
+        out = np.empty((hidden.shape[0], model.config.vocab_size), np.float32)
+        conv.forward.project_logits(hidden, out)
+        rows.append(out)
+
+    conv.ingest(ids, on_hidden=keep)
+    return np.concatenate(rows)

@@ -22,6 +22,8 @@ from engine.model.config import RingPolicy
 from engine.model.model import load_model
 from engine.state.conversation import Conversation
 
+from .parity import prefill_row_logits
+
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures" / "arch"
 INDEX = json.loads((FIXTURES / "index.json").read_text())["fixtures"]
@@ -46,17 +48,8 @@ def arch_model(request, tmp_path_factory):
 
 
 def all_position_logits(model, ids: list[int], backend=None) -> np.ndarray:
-    """Logits after every prefix of ids: the prefill path's hidden rows, projected."""
-    conv = Conversation(model, POLICY, backend=backend)
-    rows: list[np.ndarray] = []
-
-    def keep(hidden: np.ndarray) -> None:
-        out = np.empty((hidden.shape[0], model.config.vocab_size), np.float32)
-        conv.forward.project_logits(hidden, out)
-        rows.append(out)
-
-    conv.ingest(ids, on_hidden=keep)
-    return np.concatenate(rows)
+    """Logits after every prefix of ids, through the batched prefill path."""
+    return prefill_row_logits(model, ids, backend, POLICY)
 
 
 def decode_logits(model, ids: list[int], backend=None) -> np.ndarray:

@@ -24,6 +24,8 @@ import pytest
 from engine.model.config import RingPolicy
 from engine.state.conversation import Conversation
 
+from .parity import prefill_row_logits
+
 pytest.importorskip("ggml", reason="ggml-python is not installed (needs a C compiler)")
 pytestmark = pytest.mark.real_model
 
@@ -38,20 +40,6 @@ def ggml_backend():
     return GgmlBackend()
 
 
-def row_logits(model, backend, ids: list[int]) -> np.ndarray:
-    """Logits at every position of `ids`, from one chunked prefill."""
-    conv = Conversation(model, RingPolicy(), backend=backend)
-    rows: list[np.ndarray] = []
-
-    def score(hidden: np.ndarray) -> None:
-        out = np.empty((hidden.shape[0], model.config.vocab_size), np.float32)
-        conv.forward.project_logits(hidden, out)
-        rows.append(out)
-
-    conv.ingest(ids, on_hidden=score)
-    return np.concatenate(rows)
-
-
 def mean_nll(logits: np.ndarray, ids: list[int]) -> float:
     rows, targets = logits[:-1].astype(np.float64), np.asarray(ids[1:])
     peak = rows.max(axis=1)
@@ -62,7 +50,8 @@ def mean_nll(logits: np.ndarray, ids: list[int]) -> float:
 @pytest.fixture(scope="module")
 def both(real_model, ggml_backend):
     ids = LLAMA_CPP["long_text"]["ids"]
-    return ids, row_logits(real_model, None, ids), row_logits(real_model, ggml_backend, ids)
+    return (ids, prefill_row_logits(real_model, ids),
+            prefill_row_logits(real_model, ids, ggml_backend))
 
 
 def test_fixture_is_for_the_shipped_model(real_model) -> None:
