@@ -44,11 +44,22 @@ def ring_cells(active: int) -> str:
     return "".join(cells) + "." * (CAPACITY - active)
 
 
+def turn_slots(turns: list[list[int]]) -> list[int]:
+    """Where each turn's oldest kept token sits: turns follow the anchors back to back."""
+    slots, at = [], ANCHORS + 100  # the system prompt's anchors, then older filler
+    for _tokens, kept in turns:
+        slots.append(at)
+        at += kept
+    return slots
+
+
 class Fake:
     def __init__(self, data_dir: str, cold: bool) -> None:
         self.data_dir = data_dir
         self.cold = cold
         self.active = 300
+        # [tokens, kept] per turn: the transcript's first turn lost 40 slots to eviction.
+        self.turns = [[140, 100]]
 
     def emit(self, event: dict) -> None:
         sys.stdout.write(json.dumps(event) + "\n")
@@ -57,8 +68,9 @@ class Fake:
     def ring(self, req, session: str) -> None:
         self.emit({"type": "ring", "req": req, "session": session, "active": self.active,
                    "capacity": CAPACITY, "anchors": ANCHORS, "clock": self.active,
-                   "next_pos": self.active, "evicted": 0, "rebases": 0, "recent_window": 64,
-                   "cells": ring_cells(self.active)})
+                   "next_pos": self.active, "evicted": 40, "rebases": 0, "recent_window": 64,
+                   "cells": ring_cells(self.active), "turns": self.turns,
+                   "turn_slots": turn_slots(self.turns), "older_turns_forgotten": False})
 
     def hello(self, kind: str, req=None) -> dict:
         return {"type": kind, "req": req, "protocol": 1, "model": MODEL,
@@ -94,6 +106,7 @@ class Fake:
             for piece in REPLY:
                 self.emit({"type": "token", "req": req, "session": session, "text": piece})
             self.active += 20
+            self.turns.append([20, 20])
             self.emit({"type": "end_of_turn", "req": req, "session": session,
                        "reply": "".join(REPLY), "stop": "eot",
                        "event_id": "01JDZ0000000000000000000A2",

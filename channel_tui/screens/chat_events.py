@@ -223,6 +223,8 @@ class ChatEvents:
     async def handle_ring(self, event: dict) -> None:
         self.query_one(StatusBar).ring = event
         self.query_one(RingView).update_ring(event)
+        self.query_one(Transcript).show_memory(event.get("turns", []),
+                                               bool(event.get("older_turns_forgotten")))
 
     async def handle_snapshot(self, event: dict) -> None:
         self.query_one(StatusBar).snapshot = event

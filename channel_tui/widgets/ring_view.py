@@ -2,7 +2,10 @@
 (anchor, recent window, older, free) and by salience decile.
 
 The engine sends `ring.cells`, one character per slot: '.' free, 'A'-'J' anchor, 'a'-'j'
-recent window, '0'-'9' other live slot; the letter or digit is the salience decile.
+recent window, '0'-'9' other live slot; the letter or digit is the salience decile. The slot
+where each turn's oldest kept token sits (`ring.turn_slots`) is drawn white, so the map shows
+which turns still have slots in the ring; the legend counts whole, partly and wholly
+forgotten turns (`ring.turns`).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import math
 from rich.text import Text
 from textual.widget import Widget
 
-LEGEND_LINES = 3
+LEGEND_LINES = 4
 
 
 def _ramp(start: tuple[int, int, int], end: tuple[int, int, int]) -> list[str]:
@@ -29,6 +32,7 @@ RECENT = _ramp((0x14, 0x4d, 0x3a), (0x7c, 0xf0, 0xb0))
 HEAT = ["#2b1a3d", "#431d5c", "#5e2069", "#7b2a6b", "#983566",
         "#b4455a", "#cd5b47", "#e3762f", "#f29a1b", "#f9c623"]
 FREE = "#303030"
+TURN_START = "#f4f4f4"
 
 
 def cell_colour(cell: str) -> str:
@@ -92,14 +96,21 @@ class RingView(Widget):
         cells = self.ring.get("cells", "")
         per_cell = self._per_cell()
         drawn = downsample(cells, per_cell)
+        starts = {slot // per_cell for slot in self.ring.get("turn_slots", [])}
+
+        def colour(index: int, cell: str) -> str:
+            return TURN_START if index in starts else cell_colour(cell)
+
         text = Text()
         rows = math.ceil(len(drawn) / width) if drawn else 0
         for char_row in range(math.ceil(rows / 2)):
             top = drawn[2 * char_row * width:(2 * char_row + 1) * width]
             bottom = drawn[(2 * char_row + 1) * width:(2 * char_row + 2) * width]
+            first = 2 * char_row * width
             for i, cell in enumerate(top):
                 below = bottom[i] if i < len(bottom) else None
-                style = cell_colour(cell) + (f" on {cell_colour(below)}" if below else "")
+                style = colour(first + i, cell) + (
+                    f" on {colour(first + width + i, below)}" if below else "")
                 text.append("▀", style=style)
             text.append("\n")
         text.append_text(self._legend(per_cell))
@@ -109,7 +120,7 @@ class RingView(Widget):
         r = self.ring or {}
         legend = Text()
         for label, colour in (("anchor", ANCHOR[7]), ("recent", RECENT[7]),
-                              ("older", HEAT[7]), ("free", FREE)):
+                              ("older", HEAT[7]), ("free", FREE), ("turn", TURN_START)):
             legend.append("■", style=colour)
             legend.append(f" {label} ")
         legend.append("\n")
@@ -118,4 +129,20 @@ class RingView(Widget):
         legend.append("\n")
         legend.append(f"evicted {r.get('evicted', 0):,} · rebases {r.get('rebases', 0)}",
                       style="dim")
+        legend.append("\n")
+        legend.append(turn_counts(r.get("turns", []), bool(r.get("older_turns_forgotten"))),
+                      style="dim")
         return legend
+
+
+def turn_counts(turns: list[list[int]], older_forgotten: bool) -> str:
+    """'3 turns in memory · 1 partly · 2 forgotten' from the engine's [tokens, kept] pairs."""
+    whole = sum(1 for tokens, kept in turns if kept >= tokens)
+    partly = sum(1 for tokens, kept in turns if 0 < kept < tokens)
+    gone = len(turns) - whole - partly
+    parts = [f"{whole:,} turn{'s' if whole != 1 else ''} in memory"]
+    if partly:
+        parts.append(f"{partly:,} partly")
+    if gone or older_forgotten:
+        parts.append(f"{gone:,}{'+' if older_forgotten else ''} forgotten")
+    return " · ".join(parts)

@@ -16,12 +16,33 @@ STOP_NOTES = {
     "interrupted": "⚠ interrupted: the engine exited",
     "failed": "⚠ failed",
 }
+UNANSWERED = ("cancelled", "interrupted", "failed")  # such a turn was taken out of the ring
+# How much of a turn the ring still holds (the engine's `ring.turns`), as the message titles say.
+MEMORY_NOTES = {"whole": "", "partly": "partly forgotten", "forgotten": "forgotten"}
 
 
-class UserMessage(Static):
+class Remembered:
+    """A message that says, in its border title and a CSS class, whether the model can still
+    see it: 'partly forgotten' once the ring evicted some of its turn, 'forgotten' once all."""
+
+    title: str
+    memory = "whole"
+
+    def set_memory(self, state: str) -> None:
+        if state == self.memory:
+            return
+        self.remove_class(f"memory-{self.memory}")
+        self.memory = state
+        self.add_class(f"memory-{state}")
+        note = MEMORY_NOTES[state]
+        self.border_title = self.title + (f" · {note}" if note else "")
+
+
+class UserMessage(Remembered, Static):
     def __init__(self, text: str, via: str | None = None) -> None:
         super().__init__(text, markup=False, classes="message user")
-        self.border_title = "you" + (f" · {via}" if via else "")
+        self.title = "you" + (f" · {via}" if via else "")
+        self.border_title = self.title
 
 
 class SystemMessage(Static):
@@ -40,12 +61,12 @@ class Note(Static):
         super().__init__(text, markup=False, classes=f"note {kind}")
 
 
-class AssistantMessage(Vertical):
+class AssistantMessage(Remembered, Vertical):
     """A reply; while it streams, tokens go through Textual's MarkdownStream."""
 
     def __init__(self, text: str = "", stop: str | None = None) -> None:
         super().__init__(classes="message assistant")
-        self.border_title = "assistant"
+        self.title = self.border_title = "assistant"
         self.text = text
         self.stop = stop
         self._stream: MarkdownStream | None = None
@@ -78,7 +99,7 @@ class AssistantMessage(Vertical):
         label = self.query_one(".stop-note", Static)
         label.update(text)
         label.display = bool(text)
-        self.set_class(self.stop in ("cancelled", "interrupted", "failed"), "cancelled")
+        self.set_class(self.stop in UNANSWERED, "cancelled")
 
 
 class Transcript(VerticalScroll):
@@ -101,6 +122,28 @@ class Transcript(VerticalScroll):
         if widgets:
             await self.mount_all(widgets)
         self.anchor()
+
+    def show_memory(self, turns: list[list[int]], older_forgotten: bool) -> None:
+        """Mark each answered turn (a user message and its replies) by how much of it the ring
+        still holds. `turns` is the engine's `[tokens, kept]` per recorded turn, oldest first;
+        they are the newest answered turns shown, since a cancelled or failed turn was taken
+        back out of the ring and a message still waiting for its reply is not in it yet."""
+        answered: list[list[Remembered]] = []
+        for widget in self.children:
+            if isinstance(widget, UserMessage):
+                answered.append([widget])
+            elif isinstance(widget, AssistantMessage) and answered:
+                answered[-1].append(widget)
+        answered = [turn for turn in answered if len(turn) > 1
+                    and all(m.stop not in UNANSWERED for m in turn[1:])]
+        for age, turn in enumerate(reversed(answered)):
+            if age < len(turns):
+                tokens, kept = turns[-1 - age]
+                state = "whole" if kept >= tokens else "partly" if kept else "forgotten"
+            else:
+                state = "forgotten" if older_forgotten else "whole"
+            for message in turn:
+                message.set_memory(state)
 
     def _widget_for(self, message: ChatMessage):
         if message.role == "user":

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..snapshot.writer import SaveResult
+from ..state.turn_memory import turn_memory
 from .replay import is_marker, retracted_ids
 from .session import BootReport, Session
 
@@ -66,7 +67,8 @@ def ring_summary(session: Session) -> dict:
 
     cells[i] is '.' for a free slot, 'A'..'J' for an anchor, 'a'..'j' for a slot in the recent
     window and '0'..'9' for any other live slot; the letter or digit is its salience decile
-    relative to the most salient unpinned slot.
+    relative to the most salient unpinned slot. `turns` says how much of each recorded turn
+    the ring still holds (engine/state/turn_memory.py), for the "partly forgotten" marks.
     """
     conv = session.conversation
     ring, v = conv.ring, conv.arena.views()
@@ -86,11 +88,16 @@ def ring_summary(session: Session) -> dict:
             chars.append(chr(ord("a") + level))
         else:
             chars.append(str(level))
+    turns, older_forgotten = turn_memory(ring)
     return {
         "active": n, "capacity": capacity, "anchors": anchors, "clock": ring.clock,
         "next_pos": ring.next_pos, "evicted": ring.evicted, "rebases": ring.rebases,
         "recent_window": conv.policy.recent_window, "policy": conv.policy.evict,
         "cells": "".join(chars) + "." * (capacity - n),
+        # Oldest first: [tokens, kept] per recorded turn, and where its oldest kept token is.
+        "turns": [[t.tokens, t.kept] for t in turns],
+        "turn_slots": [t.first_slot for t in turns if t.first_slot is not None],
+        "older_turns_forgotten": older_forgotten,
     }
 
 
