@@ -99,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_argument("--json", action="store_true", help="print one JSON object")
     memory.add_argument("--quick", action="store_true", help="one short conversation")
     memory.add_argument("--conversations", type=int, default=None, help="seeded conversations")
+    memory.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
+                        help="also draw recall and perplexity against budget (the plot extra)")
     memory.set_defaults(handler=commands.eval_memory)
 
     bench = sub.add_parser("bench", help="benchmarks, as JSON")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -131,6 +132,9 @@ def eval_memory(args: argparse.Namespace) -> int:
     from .tools.eval_memory_table import render_memory_table
 
     params = QUICK if args.quick else EvalParams()
+    # Checked before the evaluation's minutes, not after them.
+    if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
+        raise ValueError("--plot needs matplotlib: pip install 'channel[plot]'")
     if args.conversations is not None:
         if args.conversations < 1:
             raise ValueError("--conversations must be at least 1")
@@ -146,6 +150,11 @@ def eval_memory(args: argparse.Namespace) -> int:
 
     result = evaluate_memory(model, backend, params, progress)
     print(json.dumps(result) if args.json else render_memory_table(result))
+    if args.plot is not None:
+        from .tools.eval_memory_plot import plot_memory
+
+        plot_memory(result, args.plot)
+        print(f"plot written to {args.plot}", file=sys.stderr)
     return 0
 
 

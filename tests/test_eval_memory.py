@@ -63,12 +63,14 @@ def test_quick_evaluation_has_the_issue_s_shape(long_tiny) -> None:
     assert result["policies"]["window"]["0.125"]["ppl"] != result["full"]["ppl"]
 
 
-def test_cli_prints_json_and_a_table(long_tiny, capsys) -> None:
+def test_cli_prints_json_a_table_and_a_plot(long_tiny, capsys, tmp_path) -> None:
     from engine.cli import main
 
     common = ["eval", "memory", "--quick", "--model", str(long_tiny.path), "--cache-dir",
               str(long_tiny.path.parent / "cache"), "--backend", "numpy"]
-    assert main([*common, "--json"]) == 0
+    plot = tmp_path / "plots" / "memory.png"
+    assert main([*common, "--json", "--plot", str(plot)]) == 0
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
     captured = capsys.readouterr()
     result = json.loads(captured.out)
     assert result["policies"]["h2o"]["0.25"]["ppl"] > 1
@@ -82,3 +84,18 @@ def test_cli_prints_json_and_a_table(long_tiny, capsys) -> None:
 def test_a_conversation_longer_than_the_context_is_refused(tiny_model) -> None:
     with pytest.raises(ValueError, match="does not fit the model's context"):
         evaluate_memory(tiny_model, None, QUICK)
+
+
+def test_plot_without_matplotlib_is_one_line_before_any_work(long_tiny, capsys,
+                                                             monkeypatch) -> None:
+    import importlib.util
+
+    from engine.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    assert main(["eval", "memory", "--quick", "--model", str(long_tiny.path), "--plot",
+                 "x.png", "--backend", "numpy"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "channel: error: --plot needs matplotlib: pip install 'channel[plot]'"
