@@ -5,7 +5,7 @@ llama.cpp's own (tests/test_ggml_real.py): top-1 agreement with the f32 referenc
 high as llama.cpp's on the same tokens, and the same greedy replies. Run it with a Python that
 has llama-cpp-python (the optional extra `llamacpp`; it is not a project dependency):
     VENV/bin/python scripts/llamacpp_reference.py [--model PATH]
-Recorded: for the first TOKENS tokens of tests/fixtures/long_text.txt, the token ids and
+Recorded: for the first TOKENS tokens of engine/tools/data/licences.txt, the token ids and
 llama.cpp's argmax at every position; for a few chat prompts (rendered with the GGUF's own chat
 template), the prompt ids and llama.cpp's greedy continuation.
 """
@@ -23,7 +23,7 @@ from llamacpp_token_ids import default_model_path  # sibling script; scripts/ is
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "tests" / "fixtures" / "llamacpp_reference.json"
-TEXT = REPO / "tests" / "fixtures" / "long_text.txt"
+TEXT = REPO / "engine" / "tools" / "data" / "licences.txt"
 TOKENS = 1024
 NEW_TOKENS = 16
 QUESTIONS = [

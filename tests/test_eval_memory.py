@@ -9,7 +9,7 @@ import math
 import pytest
 from gguf import GGMLQuantizationType as QT
 
-from engine.model.config import EVICT_POLICIES, RingPolicy
+from engine.model.config import DEFAULT_EVICT, EVICT_POLICIES, RingPolicy
 from engine.state.conversation import Conversation
 from engine.tools.eval_memory import QUICK, Tally, evaluate_memory, score_conversation, segments_of
 from engine.tools.eval_memory_facts import make_dialogue
@@ -50,12 +50,14 @@ def test_one_pass_scores_every_token_like_the_perplexity_tool(long_tiny) -> None
 def test_quick_evaluation_has_the_issue_s_shape(long_tiny) -> None:
     seen = []
     result = evaluate_memory(long_tiny, None, QUICK, lambda d, t, _: seen.append((d, t)))
-    assert set(result) == {"default", "full", "policies"} and result["default"] == "salience"
+    assert set(result) == {"default", "full", "policies"} and result["default"] == DEFAULT_EVICT
     assert set(result["policies"]) == set(EVICT_POLICIES)
-    assert seen[0][0] == 0 and seen[-1][0] == seen[-1][1] == 1 + 4 * 3
+    runs = 1 + len(EVICT_POLICIES) * 3  # the full ring, then each policy at three budgets
+    assert seen[0][0] == 0 and seen[-1][0] == seen[-1][1] == runs * 2  # the text + 1 dialogue
     for scores in [result["full"]] + [s for p in result["policies"].values() for s in p.values()]:
-        assert set(scores) == {"ppl", "recall_exact", "answer_logprob"}
-        assert scores["ppl"] > 1 and 0 <= scores["recall_exact"] <= 1
+        assert set(scores) == {"ppl", "recall_exact", "answer_logprob", "dialogue_ppl"}
+        assert scores["ppl"] > 1 and scores["dialogue_ppl"] > 1
+        assert 0 <= scores["recall_exact"] <= 1
         assert scores["answer_logprob"] < 0
     for budgets in result["policies"].values():
         assert list(budgets) == ["0.125", "0.25", "0.5"]
@@ -74,11 +76,14 @@ def test_cli_prints_json_a_table_and_a_plot(long_tiny, capsys, tmp_path) -> None
     captured = capsys.readouterr()
     result = json.loads(captured.out)
     assert result["policies"]["h2o"]["0.25"]["ppl"] > 1
-    assert "13/13" in captured.err  # the progress bar reached its end
+    runs = 2 * (1 + len(EVICT_POLICIES) * 3)
+    assert f"{runs}/{runs}" in captured.err  # the progress bar reached its end
     assert main(common) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].split()[:3] == ["policy", "budget", "ppl"]
-    assert len(table) == 2 + 4 * 3 + 1 and table[2].startswith("salience*")
+    assert len(table) == 2 + len(EVICT_POLICIES) * 3 + 1
+    starred = [line for line in table[2:-1] if line.split()[0] == f"{DEFAULT_EVICT}*"]
+    assert len(starred) == 3 and table[2].startswith(EVICT_POLICIES[0])
 
 
 def test_a_conversation_longer_than_the_context_is_refused(tiny_model) -> None:
@@ -99,3 +104,23 @@ def test_plot_without_matplotlib_is_one_line_before_any_work(long_tiny, capsys,
                  "x.png", "--backend", "numpy"]) == 2
     err = capsys.readouterr().err
     assert err.strip() == "channel: error: --plot needs matplotlib: pip install 'channel[plot]'"
+
+
+def test_the_perplexity_text_is_the_licences_as_alternating_messages(long_tiny) -> None:
+    from engine.tools.eval_memory_text import licence_dialogue, licence_text
+
+    def count(text: str) -> int:
+        return len(long_tiny.tokenizer.encode(text))
+
+    dialogue = licence_dialogue(count, 600, message_tokens=100)
+    roles = [m["role"] for m in dialogue.messages]
+    assert roles[0] == "system" and roles[1::2] == ["user"] * len(roles[1::2])
+    assert set(roles[2::2]) == {"assistant"}
+    bodies = [m["content"] for m in dialogue.messages[1:]]
+    assert sum(count(b) for b in bodies) >= 600 and all(count(b) >= 100 for b in bodies)
+    assert "GNU GENERAL PUBLIC LICENSE" in bodies[0]
+    assert all(b.replace("\n\n", " ")[:40].split()[0] in licence_text() for b in bodies)
+    segments = segments_of(long_tiny, dialogue)
+    assert [s.turn_start for s in segments[1:]] == [r == "user" for r in roles[1:]]
+    with pytest.raises(ValueError, match="fewer than"):
+        licence_dialogue(count, 10**7)

@@ -123,7 +123,7 @@ def test_tova_scores_are_the_latest_querys_attention(tiny_model) -> None:
 
 def test_unknown_policy_is_refused_with_the_choices() -> None:
     with pytest.raises(ValueError, match="unknown eviction policy 'lru' \\(choose from "
-                                         "salience, window, h2o, tova\\)"):
+                                         "salience, window, h2o, tova, turns\\)"):
         RingPolicy(evict="lru")
     assert RingPolicy(evict="h2o").scaled_to(128).evict == "h2o"
 
@@ -222,3 +222,53 @@ def test_cli_perplexity_reads_through_the_asked_policy(tiny_gguf, tiny_cache, tm
     assert code == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["evict"] == "window" and result["evicted"] > 0
+
+
+def turns_ring(model, short_tokens: int, long_tokens: int, **kw) -> Conversation:
+    """A full 32-slot ring (2 anchors, a window of 4) holding a turn of `short_tokens`, a
+    turn of `long_tokens` and a last turn that fills the rest, every candidate scored by age
+    (the oldest lowest), so that `salience` would evict the first turn first."""
+    policy = RingPolicy(**{"max_slots": 32, "recent_window": 4, "evict_batch": 4,
+                           "prefill_chunk": 8, "evict": "turns", "short_turn": 4, **kw})
+    conv = Conversation(model, policy)
+    conv.ingest([1, 2], anchors=True)
+    for tokens in (short_tokens, long_tokens, 30 - short_tokens - long_tokens):
+        conv.ring.mark_turn_start()
+        conv.ingest([int(t) for t in np.arange(tokens) % 200 + 3])
+    v, n = conv.arena.views(), conv.ring.n_active
+    assert n == policy.max_slots
+    v.slot_salience[:n] = np.arange(n, dtype=np.float32) + 1.0
+    return conv
+
+
+def test_turns_keeps_a_short_turn_whole_and_evicts_the_lowest_others(tiny_model) -> None:
+    conv = turns_ring(tiny_model, short_tokens=3, long_tokens=20)
+    clocks = survivors(conv)
+    short, rest = clocks[2:5], clocks[5:]
+    conv.ring.reserve(1)
+    assert conv.ring.evicted == 4
+    kept = survivors(conv)
+    assert set(short) <= set(kept)  # the oldest, lowest-scored slots, yet a short turn
+    assert set(rest[:4]).isdisjoint(kept)  # the next-lowest go instead
+    assert kept == clocks[:5] + rest[4:]
+
+
+def test_turns_judges_a_turn_by_its_ingested_length_not_what_is_left(tiny_model) -> None:
+    # The first turn had 6 tokens (more than short_turn = 4): it is not protected, even once
+    # evictions leave it with fewer.
+    conv = turns_ring(tiny_model, short_tokens=6, long_tokens=20)
+    first = survivors(conv)[2:8]
+    conv.ring.reserve(1)
+    assert set(first[:4]).isdisjoint(survivors(conv))
+    conv.arena.views().slot_salience[: conv.ring.n_active] = 0.0  # all equal: oldest go
+    conv.ring.reserve(conv.ring.max_admit())
+    assert set(first).isdisjoint(survivors(conv))
+
+
+def test_turns_protects_no_more_than_its_share(tiny_model) -> None:
+    # A share of 0.1 leaves room for 2 of the 26 - 4 candidates that stay: a short turn of 3
+    # does not fit, so the policy is plain salience (lowest first).
+    conv = turns_ring(tiny_model, short_tokens=3, long_tokens=20, short_turn_share=0.1)
+    clocks = survivors(conv)
+    conv.ring.reserve(1)
+    assert set(clocks[2:6]).isdisjoint(survivors(conv))

@@ -23,6 +23,7 @@ import pytest
 
 from engine.model.config import RingPolicy
 from engine.state.conversation import Conversation
+from engine.tools.eval_memory_text import licence_text
 
 from .parity import prefill_row_logits
 
@@ -56,7 +57,7 @@ def both(real_model, ggml_backend):
 
 def test_fixture_is_for_the_shipped_model(real_model) -> None:
     assert LLAMA_CPP["gguf_size_bytes"] == real_model.path.stat().st_size
-    text = (Path(__file__).parent / "fixtures" / "long_text.txt").read_text(encoding="utf-8")
+    text = licence_text()
     ids = LLAMA_CPP["long_text"]["ids"]
     assert real_model.tokenizer.encode(text)[: len(ids)] == ids
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,11 +10,10 @@ import pytest
 from engine.model.config import RingPolicy
 from engine.state.conversation import Conversation
 from engine.state.sampler import SamplingSettings
+from engine.tools.eval_memory_text import licence_text
 from engine.tools.perplexity import perplexity, read_and_score
 
 from . import naive_llama
-
-LONG_TEXT = Path(__file__).parent / "fixtures" / "long_text.txt"  # GPL-3 + GPL-2, verbatim
 
 
 def test_perplexity_equals_the_reference_definition(tiny_model, tiny_gguf) -> None:
@@ -41,7 +39,7 @@ ISOLATED_WINDOWS_PPL = 21.2
 @pytest.mark.slow
 def test_long_reading_keeps_the_model_sane(real_model) -> None:
     conv = Conversation(real_model, RingPolicy().scaled_to(512))
-    ids = real_model.tokenizer.encode(LONG_TEXT.read_text())
+    ids = real_model.tokenizer.encode(licence_text())
     small = read_and_score(conv, ids)
     assert small["tokens"] > 8192 + 2000
     assert small["evicted"] > small["tokens"] - 512 - 256

@@ -67,8 +67,8 @@ class StatusBar(Widget):
                 ("  anchors ", "dim"), f"{r.get('anchors', 0):,}",
                 ("  clock ", "dim"), f"{r.get('clock', 0):,}",
                 # The eviction policy, when it is not the default (--evict, docs/memory.md).
-                *((("  evicts by ", "dim"), r["policy"]) if r.get("policy") not in
-                  (None, "salience") else ())))
+                *((("  evicts by ", "dim"), r["policy"])
+                  if r.get("policy") and not r.get("policy_is_default", True) else ())))
         if self.tok_s is not None:
             parts.append(Text(f"{self.tok_s:.1f} tok/s"))
         snap = fmt.snapshot_text(self.snapshot, self.snapshot_saved_at)

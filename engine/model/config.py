@@ -63,9 +63,10 @@ class ModelConfig:
 DEFAULT_RING_BUDGET = 1 << 30
 RING_GRANULE = 256  # budget-limited rings are a whole number of eviction batches
 # How a full ring picks what to forget (docs/memory.md): EMA-decayed attention mass, the
-# oldest slots (StreamingLLM), accumulated mass (H2O), the latest query's attention (TOVA).
-EVICT_POLICIES = ("salience", "window", "h2o", "tova")
-DEFAULT_EVICT = "salience"
+# oldest slots (StreamingLLM), accumulated mass (H2O), the latest query's attention (TOVA),
+# and decayed mass with short turns (a stated fact, an instruction) kept whole.
+EVICT_POLICIES = ("salience", "window", "h2o", "tova", "turns")
+DEFAULT_EVICT = "turns"  # what `channel eval memory` measured best (docs/memory.md)
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,8 @@ class RingPolicy:
     salience_decay: float = 0.995  # per ingested token; keeps age from buying salience
     prefill_chunk: int = 256  # rows per batched prefill pass; sizes the prefill scratch
     evict: str = DEFAULT_EVICT  # which slots a full ring forgets: one of EVICT_POLICIES
+    short_turn: int = 48  # `turns`: a turn (message + reply) of at most this many tokens...
+    short_turn_share: float = 0.5  # ...is kept whole, while such turns fill at most this share
 
     def __post_init__(self) -> None:
         if self.evict not in EVICT_POLICIES:
@@ -97,6 +100,9 @@ class RingPolicy:
             )
         if self.evict_batch < 1 or self.prefill_chunk < 1:
             raise ValueError("evict_batch and prefill_chunk must be at least 1")
+        if not 0.0 <= self.short_turn_share < 1.0 or self.short_turn < 0:
+            raise ValueError(f"short_turn_share must be in [0, 1) and short_turn at least 0, "
+                             f"got {self.short_turn_share} and {self.short_turn}")
         if not 0.0 < self.salience_decay <= 1.0:
             raise ValueError(f"salience_decay must be in (0, 1], got {self.salience_decay}")
 
@@ -109,6 +115,8 @@ class RingPolicy:
             recent_window=min(self.recent_window, max(1, max_slots // 8)),
             evict_batch=min(self.evict_batch, max(1, max_slots // 16)),
             salience_decay=self.salience_decay,
+            short_turn=self.short_turn,
+            short_turn_share=self.short_turn_share,
             prefill_chunk=min(self.prefill_chunk, max(1, max_slots // 4)),
             evict=self.evict,
         )
@@ -145,4 +153,6 @@ class RingPolicy:
             "salience_decay": self.salience_decay,
             "prefill_chunk": self.prefill_chunk,
             "evict": self.evict,
+            "short_turn": self.short_turn,
+            "short_turn_share": self.short_turn_share,
         }

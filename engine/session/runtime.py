@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..model.config import DEFAULT_EVICT
 from ..snapshot.writer import SaveResult
 from ..state.turn_memory import turn_memory
 from .replay import is_marker, retracted_ids
@@ -93,6 +94,7 @@ def ring_summary(session: Session) -> dict:
         "active": n, "capacity": capacity, "anchors": anchors, "clock": ring.clock,
         "next_pos": ring.next_pos, "evicted": ring.evicted, "rebases": ring.rebases,
         "recent_window": conv.policy.recent_window, "policy": conv.policy.evict,
+        "policy_is_default": conv.policy.evict == DEFAULT_EVICT,
         "cells": "".join(chars) + "." * (capacity - n),
         # Oldest first: [tokens, kept] per recorded turn, and where its oldest kept token is.
         "turns": [[t.tokens, t.kept] for t in turns],

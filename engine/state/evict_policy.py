@@ -11,6 +11,11 @@ the candidates between the anchors and the recent window (docs/memory.md):
 - `tova`: the attention of the latest query only, lowest go. A decode step has one query, so
   its mass is exactly that; a prefill chunk's mass is summed over its queries, and tova uses
   their mean, which every backend provides without a second reduction.
+- `turns`: as `salience`, except that short turns (a user message and its reply, as
+  `KVRing.mark_turn_start` recorded them, of at most `short_turn` tokens) are kept whole,
+  oldest first, while they fill at most `short_turn_share` of the ring's candidates. A fact or
+  an instruction is usually stated in a short message, and nothing later attends to it until
+  it is asked for, which is when decayed attention has long let it go (docs/memory.md).
 
 Scores are attention mass per layer and head in all of them, so a snapshot taken under one
 policy restores into another: the scores carry over and the new policy's updates take over.
@@ -19,9 +24,21 @@ All of this runs on the arena's views and scratch, allocating nothing (decode's 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..model.config import RingPolicy
+
+
+@dataclass(frozen=True)
+class TurnSpans:
+    """The recorded turns among the eviction candidates, oldest first: where each starts
+    (a candidate index, ascending; candidates stay in ingest order, so a turn is a range)
+    and how many tokens it had when ingested (however many are left)."""
+
+    firsts: np.ndarray  # (turns,) int64
+    tokens: np.ndarray  # (turns,) int64
 
 
 def update_scores(policy: RingPolicy, scores: np.ndarray, mass: np.ndarray, n: int,
@@ -39,13 +56,21 @@ def update_scores(policy: RingPolicy, scores: np.ndarray, mass: np.ndarray, n: i
 
 
 def choose_victims(policy: RingPolicy, scores: np.ndarray, k: int, victims: np.ndarray,
-                   scratch: np.ndarray, ties: np.ndarray, rank: np.ndarray) -> None:
+                   scratch: np.ndarray, ties: np.ndarray, rank: np.ndarray,
+                   turns: TurnSpans | None = None, guarded: np.ndarray | None = None) -> None:
     """Set `victims` (m,) True for exactly k of the m candidates, oldest first in `scores`
-    (m,). `scratch`, `ties` and `rank` are (m,) scratch arrays of f32, bool and int64."""
+    (m,). `scratch`, `ties` and `rank` are (m,) scratch arrays of f32, bool and int64.
+    Only the `turns` policy reads `turns` (the recorded turns) and writes `guarded`, an (m,)
+    f32 scratch for the scores with its protected slots raised to infinity."""
     if policy.evict == "window":
         victims[:k] = True
         victims[k:] = False
         return
+    if policy.evict == "turns":  # short turns outrank every other slot
+        _protect_short_turns(k, ties, turns, policy.short_turn_share, policy.short_turn)
+        np.copyto(guarded, scores)
+        guarded[ties] = np.inf
+        scores = guarded
     # k-th smallest score without allocating: partition a scratch copy in place.
     np.copyto(scratch, scores)
     scratch.partition(k - 1)
@@ -56,3 +81,24 @@ def choose_victims(policy: RingPolicy, scores: np.ndarray, k: int, victims: np.n
     np.cumsum(ties, out=rank)
     np.logical_and(ties, rank <= k - int(np.count_nonzero(victims)), out=ties)
     np.logical_or(victims, ties, out=victims)
+
+
+
+
+
+
+def _protect_short_turns(k: int, keep_out: np.ndarray, turns: TurnSpans | None,
+                         share: float, short: int) -> None:
+    """Mark in `keep_out` (m,) the candidates of turns of at most `short` tokens, oldest turn
+    first, while they fill at most `share` of the m - k that stay. Runs once per eviction
+    batch, not per token: its temporaries are one entry per recorded turn."""
+    m = keep_out.shape[0]
+    keep_out[:] = False
+    if turns is None:
+        return
+    bounds = [*turns.firsts.tolist(), m]
+    room = int(share * (m - k))
+    for lo, hi, tokens in zip(bounds[:-1], bounds[1:], turns.tokens.tolist()):
+        if tokens <= short and 0 < hi - lo <= room:
+            keep_out[lo:hi] = True
+            room -= hi - lo

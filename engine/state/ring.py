@@ -33,7 +33,7 @@ from .arena import (
     TURNS,
     StateArena,
 )
-from .evict_policy import choose_victims, update_scores
+from .evict_policy import TurnSpans, choose_victims, update_scores
 
 
 class RingFullError(ValueError):
@@ -216,8 +216,11 @@ class KVRing:
         m = end - first
         k = min(max(need, self.policy.evict_batch), m)
         victims = v.evict_mask[:m]
+        turns = self._turn_spans(v.slot_clock[first:end]) if self.policy.evict == "turns" \
+            else None
         choose_victims(self.policy, v.slot_salience[first:end], k, victims,
-                       v.evict_sorted[:m], v.keep_mask[:m], v.tie_rank[:m])
+                       v.evict_sorted[:m], v.keep_mask[:m], v.tie_rank[:m], turns,
+                       v.evict_key[:m])
         keep = v.keep_mask[: n - first]
         np.logical_not(victims, out=keep[:m])
         keep[m:] = True
@@ -236,6 +239,14 @@ class KVRing:
         v.slot_active[kept:n] = 0
         v.ring_counters[N_ACTIVE] = kept
         v.ring_counters[EVICTED] = self.evicted + k
+
+    def _turn_spans(self, clocks: np.ndarray) -> TurnSpans:
+        """The recorded turns among candidates stamped `clocks` (ascending). A turn marked at
+        clock c holds the tokens stamped c+1 up to the next turn's mark."""
+        starts = np.asarray(self.turn_boundaries(), np.int64)
+        ends = np.append(starts[1:], self.clock)
+        firsts = np.searchsorted(clocks, starts.astype(np.uint64), side="right")
+        return TurnSpans(firsts.astype(np.int64), ends - starts)
 
     def _rebase(self) -> None:
         """Re-index live slots to positions 0..n-1, rotating each cached key by its shift."""

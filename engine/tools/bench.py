@@ -24,6 +24,7 @@ from ..backends.base import Backend
 from ..backends.numpy.backend import NumpyBackend
 from ..model.model import Model, load_model
 from ..state.conversation import Conversation
+from .bench_policy import bench_policy_bookkeeping
 from .bench_replay import bench_replay
 from .bench_snapshot import run_snapshot_benchmarks
 
@@ -146,6 +147,9 @@ def run_benchmarks(model_path: Path | None, cache_dir: Path, quick: bool = False
         if quick and context:
             continue
         result[key] = round(bench_decode(model, context, repeat, backend), 2)
+    # Each eviction policy's per-token bookkeeping against decode at a full ring.
+    result["policy_bookkeeping"] = bench_policy_bookkeeping(
+        model, backend, result.get("decode_tok_s_ring4000", result["decode_tok_s_ring0"]))
     # Cold replay of a long-lived session's stream against prefill of as many tokens.
     result.update(bench_replay(model, backend, 600 if quick else 2400, repeat))
     contended = bench_decode_contended(model, repeat, backend)

@@ -1,14 +1,17 @@
 """`channel eval memory`: what each eviction policy keeps, measured (docs/memory.md).
 
-Seeded template conversations (eval_memory_facts.py) are read through a ring of 12.5%, 25%
-and 50% of their length under each policy, and through a ring that holds them whole (the
-ceiling). One pass per conversation and ring gives both measures:
+Two kinds of conversation are each read through a ring of 12.5%, 25% and 50% of their length
+under each policy, and through a ring that holds them whole (the ceiling):
 
-- perplexity of the whole conversation (every token predicted from what the ring kept);
-- fact recall at each question: the true answer is teacher-forced, which gives the mean
-  log-probability of its tokens, and exact match, which is greedy decoding's answer: greedy
-  decoding starts with the true answer exactly when every answer token is the argmax of the
-  logits before it (so no generated text has to be rolled back out of the ring).
+- perplexity (`ppl`) of a long natural text read as a conversation (eval_memory_text.py),
+  every token predicted from what the ring kept;
+- fact recall on seeded template conversations (eval_memory_facts.py): at each question the
+  true answer is teacher-forced, which gives the mean log-probability of its tokens, and exact
+  match, which is greedy decoding's answer: greedy decoding starts with the true answer
+  exactly when every answer token is the argmax of the logits before it (so no generated text
+  has to be rolled back out of the ring). Their perplexity is reported too (`dialogue_ppl`),
+  but it mostly measures how much of the filler's small vocabulary pools the ring still
+  shows, which is why `ppl` is taken on the natural text.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from ..model.config import DEFAULT_EVICT, EVICT_POLICIES, RingPolicy
 from ..model.model import Model
 from ..state.conversation import Conversation
 from .eval_memory_facts import Dialogue, make_dialogue
+from .eval_memory_text import licence_dialogue
 
 BUDGETS = (0.125, 0.25, 0.5)
 
@@ -37,11 +41,13 @@ class EvalParams:
     filler_turns: int = 20
     filler_sentences: int = 3
     seed: int = 0
+    text_tokens: int = 3000  # of the natural text read for `ppl`
     policies: tuple[str, ...] = EVICT_POLICIES
     budgets: tuple[float, ...] = BUDGETS
 
 
-QUICK = EvalParams(conversations=1, facts=2, filler_turns=3, filler_sentences=1)
+QUICK = EvalParams(conversations=1, facts=2, filler_turns=3, filler_sentences=1,
+                   text_tokens=300)
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,7 @@ class Segment:
     tokens: list[int]
     anchors: bool = False  # the system prompt: pinned in the ring, like a session's
     answer: bool = False  # a true answer: teacher-forced token by token and scored
+    turn_start: bool = False  # a user message: a turn starts here, as in a session
 
 
 @dataclass
@@ -62,10 +69,17 @@ class Tally:
     answer_logprob: float = 0.0
     answer_tokens: int = 0
 
-    def scores(self) -> dict:
-        return {"ppl": math.exp(self.nll / self.predicted),
+    @property
+    def ppl(self) -> float:
+        return math.exp(self.nll / self.predicted)
+
+    def scores(self, text: Tally) -> dict:
+        """The reported figures: `text` holds the natural text's perplexity, this tally the
+        fact conversations'."""
+        return {"ppl": text.ppl,
                 "recall_exact": self.hits / self.questions,
-                "answer_logprob": self.answer_logprob / self.answer_tokens}
+                "answer_logprob": self.answer_logprob / self.answer_tokens,
+                "dialogue_ppl": self.ppl}
 
 
 def segments_of(model: Model, dialogue: Dialogue) -> list[Segment]:
@@ -81,12 +95,13 @@ def segments_of(model: Model, dialogue: Dialogue) -> list[Segment]:
 
     segments = [Segment(encode(render(messages[:1])), anchors=True)]
     for i in range(2, len(messages) + 1):
-        segments.append(Segment(encode(after(render(messages[: i - 1]), render(messages[:i])))))
+        segments.append(Segment(encode(after(render(messages[: i - 1]), render(messages[:i]))),
+                                turn_start=messages[i - 1]["role"] == "user"))
     for fact in dialogue.facts:
         before = render(messages)
         messages.append({"role": "user", "content": fact.question})
         asked = render(messages, add_generation_prompt=True)
-        segments.append(Segment(encode(after(before, asked))))
+        segments.append(Segment(encode(after(before, asked)), turn_start=True))
         messages.append({"role": "assistant", "content": fact.answer})
         reply = after(asked, render(messages))
         if not reply.startswith(fact.answer):
@@ -126,6 +141,8 @@ def score_conversation(conv: Conversation, segments: list[Segment], tally: Tally
 
     last: np.ndarray | None = None
     for segment in segments:
+        if segment.turn_start:
+            conv.ring.mark_turn_start()
         if not segment.answer:
             last = conv.ingest(segment.tokens, anchors=segment.anchors, on_hidden=on_hidden)
             continue
@@ -151,43 +168,53 @@ def ring_of(slots: int, evict: str) -> RingPolicy:
         else base.scaled_to(slots)
 
 
+def _read_through_ring(model: Model, backend: Backend | None, segments: list[Segment],
+                       name: str, budget: float | None, tally: Tally) -> None:
+    """Score `segments` through a ring of `budget` of their length forgetting by `name`
+    (`budget` None: a ring that holds them whole)."""
+    length = sum(len(s.tokens) for s in segments)
+    slots = length + 1 if budget is None else max(2, round(budget * length))
+    policy = ring_of(slots, DEFAULT_EVICT if budget is None else name)
+    if policy.max_slots - len(segments[0].tokens) - policy.recent_window < 1:
+        raise ValueError(f"a ring of {slots} slots ({budget:g} of {length} tokens) "
+                         f"has no room beside the system prompt; use longer turns")
+    score_conversation(Conversation(model, policy, backend=backend), segments, tally)
+
+
 def evaluate_memory(model: Model, backend: Backend | None = None,
                     params: EvalParams = EvalParams(),
                     progress: Progress | None = None) -> dict:
     """`{"default", "full", "policies": {NAME: {BUDGET: scores}}}`, scores being
-    `{"ppl", "recall_exact", "answer_logprob"}` summed over the conversations."""
+    `{"ppl", "recall_exact", "answer_logprob", "dialogue_ppl"}` over all conversations."""
     for name in params.policies:
         RingPolicy(evict=name)  # an unknown name is refused before any work
+    encode = model.tokenizer.encode
+    text = segments_of(model, licence_dialogue(lambda s: len(encode(s)), params.text_tokens))
     dialogues = [segments_of(model, make_dialogue(params.seed + i, params.facts,
                                                   params.filler_turns, params.filler_sentences))
                  for i in range(params.conversations)]
     context = model.config.context_length
-    for segments in dialogues:
+    for segments in [text, *dialogues]:
         length = sum(len(s.tokens) for s in segments)
         if length >= context:
             raise ValueError(f"an evaluation conversation of {length} tokens does not fit the "
                              f"model's context ({context}); ask for fewer turns")
     runs = [("full", None)] + [(p, b) for p in params.policies for b in params.budgets]
-    tallies = {run: Tally() for run in runs}
-    total, done = len(runs) * len(dialogues), 0
+    facts = {run: Tally() for run in runs}
+    texts = {run: Tally() for run in runs}
+    total, done = len(runs) * (1 + len(dialogues)), 0
     for name, budget in runs:
-        for segments in dialogues:
+        for segments, tally in [(text, texts), *((d, facts) for d in dialogues)]:
             if progress:
                 progress(done, total, name if budget is None else f"{name} {budget:g}")
-            length = sum(len(s.tokens) for s in segments)
-            slots = length + 1 if budget is None else max(2, round(budget * length))
-            policy = ring_of(slots, DEFAULT_EVICT if name == "full" else name)
-            if policy.max_slots - len(segments[0].tokens) - policy.recent_window < 1:
-                raise ValueError(f"a ring of {slots} slots ({budget:g} of {length} tokens) "
-                                 f"has no room beside the system prompt; use longer turns")
-            score_conversation(Conversation(model, policy, backend=backend), segments,
-                               tallies[(name, budget)])
+            _read_through_ring(model, backend, segments, name, budget, tally[(name, budget)])
             done += 1
     if progress:
         progress(done, total, "")
+    full = ("full", None)
     return {
         "default": DEFAULT_EVICT,
-        "full": tallies[("full", None)].scores(),
-        "policies": {p: {str(b): tallies[(p, b)].scores() for b in params.budgets}
+        "full": facts[full].scores(texts[full]),
+        "policies": {p: {str(b): facts[(p, b)].scores(texts[(p, b)]) for b in params.budgets}
                      for p in params.policies},
     }

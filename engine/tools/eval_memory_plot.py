@@ -13,7 +13,7 @@ from ..fileio import atomic_output
 
 PANELS = (("answer_logprob", "answer log-probability (per token)"),
           ("recall_exact", "exact recall"),
-          ("ppl", "perplexity"))
+          ("ppl", "perplexity (natural text)"))
 
 
 def plot_memory(result: dict, path: Path) -> None:
