@@ -1,0 +1,63 @@
+# Sourced by the call scripts, run from the root of the checkout that travels: where state
+# lives on the device, and the setup that every call repeats (cheap, idempotent), so that a
+# call finds the loaders and wheels even if an earlier one failed half way.
+set -euo pipefail
+export PYTHONUNBUFFERED=1
+STATE=/tmp/channel  # survives between calls only while the machine stays warm (30 s)
+OUT=${OUT:-$STATE/out}
+REPO=$PWD
+mkdir -p "$STATE" "$OUT"
+
+say() { echo "[$(date +%T)] $*"; }
+
+setup() {
+    if ! ldconfig -p | grep -q libvulkan.so.1; then
+        for f in .gl/*.deb; do dpkg -x "$f" /; done
+        ldconfig
+    fi
+    if [ ! -f /tmp/site/.ok ]; then
+        # .whl/READY's line (README.md of the device tool), without its export and exit.
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target /tmp/site .whl/*.whl
+        touch /tmp/site/.ok
+    fi
+    export PYTHONPATH=/tmp/site:$REPO
+    local icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+    [ -f "$icd" ] && export VK_DRIVER_FILES=$icd
+    local egl=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+    [ -f "$egl" ] && export __EGL_VENDOR_LIBRARY_FILENAMES=$egl
+    return 0
+}
+
+# The machine was given back between calls: what an earlier call left in /tmp is gone.
+cold() {
+    echo "COLD: $1 is missing, so this is a fresh machine (more than 30 s passed since the" \
+         "last call). Start again at call 1 and make the calls back to back." >&2
+    exit 3
+}
+
+# cuBLAS and the CUDA runtime for llama-bench: torch's wheels (nvidia/cu13/lib), else the
+# toolkit's, then the libcudart that .llama/bin carries.
+cuda_libs() {
+    local dirs
+    dirs=$(python3 - <<'PY'
+import glob, os, sys
+hits = []
+for base in sys.path + ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib"]:
+    hits += glob.glob(os.path.join(base, "nvidia", "*", "lib", "libcublas.so.13"))
+    hits += glob.glob(os.path.join(base, "libcublas.so.13"))
+print(":".join(dict.fromkeys(os.path.dirname(h) for h in hits)))
+PY
+)
+    export LD_LIBRARY_PATH=${dirs}:$STATE/llama/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+}
+
+# Wait for a llama-bench build started by call 1 (setsid, so it outlives that call).
+wait_build() {
+    local deadline=$(( $(date +%s) + $1 ))
+    while [ -f "$STATE/building" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+    [ -x "$STATE/llama/bin/llama-bench" ] || {
+        echo "no llama-bench: $(tail -5 "$STATE/llama/build.log" 2>/dev/null)" >&2
+        return 1
+    }
+}
