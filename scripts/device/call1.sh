@@ -1,9 +1,9 @@
 #!/bin/bash
 # Device call 1 of 3. carry: .gl .whl .model/part1 .llama
-# Loaders and wheels; `import engine` and the Vulkan device; model part 1 to /tmp; llama-bench:
-# the binary built here (.llama/bin, prebuild_here.sh) checked against the GPU, else built
-# from .llama/llama.cpp.tar.xz (about 4.3 min), in its own session (setsid) so that it outlives
-# this call if the call is cut short, but waited for here, so that no measurement overlaps it.
+# Loaders and wheels; `import engine` and the Vulkan device; model part 1 to /tmp; llama-bench
+# built from .llama/llama.cpp.tar.xz (about 4.3 min) in its own session (setsid), so that it
+# outlives this call if the call is cut short, but waited for here, so that no measurement
+# overlaps the build.
 source scripts/device/common.sh
 setup
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv || true
@@ -11,11 +11,7 @@ python3 -c 'import engine, vulkan; from engine.backends.vulkan import probe; pri
 cp .model/part1 "$STATE/part1"
 say "model part 1: $(stat -c %s "$STATE/part1") bytes"
 mkdir -p "$STATE/llama"
-if [ -x .llama/bin/llama-bench ]; then
-    cp -r .llama/bin "$STATE/llama/"
-    cuda_libs
-    "$STATE/llama/bin/llama-bench" --list-devices
-elif [ ! -x "$STATE/llama/bin/llama-bench" ]; then
+if [ ! -x "$STATE/llama/bin/llama-bench" ]; then
     touch "$STATE/building"
     setsid bash -c "scripts/device/build_llama_bench.sh .llama/llama.cpp.tar.xz $STATE/llama; \
         rm -f $STATE/building" >"$STATE/build.out" 2>&1 </dev/null &
@@ -23,4 +19,5 @@ elif [ ! -x "$STATE/llama/bin/llama-bench" ]; then
     wait_build 500
     cat "$STATE/build.out"
 fi
+"$STATE/llama/bin/llama-bench" --list-devices
 say "call 1 done: make call 2 now (this machine is given back 30 s after a call)"

@@ -10,7 +10,6 @@ model=$STATE/SmolLM2-135M-Instruct.Q4_1.gguf
 cat "$STATE/part1" .model/part2 > "$model"
 (cd "$STATE" && sha256sum --check "$REPO/scripts/device/model.sha256")
 wait_build 240
-cuda_libs
 python3 - "$STATE/llama/bin/llama-bench" "$model" "$OUT/llama-bench.json" <<'PY'
 import json, sys
 from pathlib import Path
@@ -19,7 +18,9 @@ import bench_vulkan_llama as llama
 binary, model, out = map(Path, sys.argv[1:])
 records = llama.run(binary, model, [256, 2048], [16, 2000, 4000], 5, timeout=240)
 out.write_text(json.dumps(records, indent=1) + "\n")
-print(json.dumps({k: v for k, v in llama.summarise(records, [16, 2000, 4000]).items()}, indent=1))
+summary = llama.summarise(records, [16, 2000, 4000])
+for name in llama.FA_NAMES.values():
+    print(name, {k: summary[name][k] for k in ("prefill_tok_s", "decode_tok_s")})
 PY
 cp "$OUT/llama-bench.json" "$STATE/"
 say "call 2 done: make call 3 now (this machine is given back 30 s after a call)"

@@ -11,7 +11,6 @@ model=$STATE/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ -f "$STATE/llama-bench.json" ]; then
     llama=(--llama-bench-json "$STATE/llama-bench.json")
 else  # call 2 did not get to run it: run it here
-    cuda_libs
     llama=(--llama-bench "$STATE/llama/bin/llama-bench")
 fi
 set -o pipefail

@@ -36,22 +36,6 @@ cold() {
     exit 3
 }
 
-# cuBLAS and the CUDA runtime for llama-bench: torch's wheels (nvidia/cu13/lib), else the
-# toolkit's, then the libcudart that .llama/bin carries.
-cuda_libs() {
-    local dirs
-    dirs=$(python3 - <<'PY'
-import glob, os, sys
-hits = []
-for base in sys.path + ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib"]:
-    hits += glob.glob(os.path.join(base, "nvidia", "*", "lib", "libcublas.so.13"))
-    hits += glob.glob(os.path.join(base, "libcublas.so.13"))
-print(":".join(dict.fromkeys(os.path.dirname(h) for h in hits)))
-PY
-)
-    export LD_LIBRARY_PATH=${dirs}:$STATE/llama/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-}
-
 # Wait for a llama-bench build started by call 1 (setsid, so it outlives that call).
 wait_build() {
     local deadline=$(( $(date +%s) + $1 ))
