@@ -1,11 +1,11 @@
 #!/bin/bash
-# Device call 2 of 3. carry: .gl .whl .model/part2
+# Device call 2 of 3. carry: .model/part2
 # Joins the model (sha256 checked against model.sha256 beside this script), waits for a
 # llama-bench build still running, and runs llama-bench's two runs (bench_vulkan_llama.py):
 # $OUT/llama-bench.json, kept in /tmp for call 3.
 source scripts/device/common.sh
-setup
 [ -f "$STATE/part1" ] || cold "$STATE/part1 (model part 1, from call 1)"
+setup
 model=$STATE/SmolLM2-135M-Instruct.Q4_1.gguf
 cat "$STATE/part1" .model/part2 > "$model"
 (cd "$STATE" && sha256sum --check "$REPO/scripts/device/model.sha256")

@@ -1,13 +1,13 @@
 #!/bin/bash
-# Device call 3 of 3. carry: .gl .whl
+# Device call 3 of 3. carry: nothing
 # scripts/bench_vulkan.py: Channel Vulkan, HF transformers (bf16, static cache +
 # torch.compile) and call 2's llama-bench run, into one report: $OUT/bench.json, the
 # docs/vulkan.md table $OUT/table.md, and the log $OUT/bench.log. Extra arguments go to the
 # bench (e.g. --backends vulkan,numpy, or --hf-eager for the fp32 eager HF column).
 source scripts/device/common.sh
-setup
 model=$STATE/SmolLM2-135M-Instruct.Q4_1.gguf
 [ -f "$model" ] || cold "$model (joined in call 2)"
+setup
 if [ -f "$STATE/llama-bench.json" ]; then
     llama=(--llama-bench-json "$STATE/llama-bench.json")
 else  # call 2 did not get to run it: run it here

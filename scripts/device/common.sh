@@ -1,6 +1,6 @@
 # Sourced by the call scripts, run from the root of the checkout that travels: where state
-# lives on the device, and the setup that every call repeats (cheap, idempotent), so that a
-# call finds the loaders and wheels even if an earlier one failed half way.
+# lives on the device, and the setup every call runs: call 1 unpacks the loaders and installs
+# the wheels (it carries .gl and .whl); later calls find them done and only set the variables.
 set -euo pipefail
 export PYTHONUNBUFFERED=1
 STATE=/tmp/channel  # survives between calls only while the machine stays warm (30 s)

