@@ -76,12 +76,14 @@ def run_child(kind: str, args: argparse.Namespace) -> dict:
 def llama_column(args: argparse.Namespace) -> dict:
     try:
         if args.llama_bench_json:
-            records = json.loads(args.llama_bench_json.read_text())
+            saved = json.loads(args.llama_bench_json.read_text())
+            # llama-bench's own output, or an earlier report of this bench that ran it.
+            records = saved["llama_cpp"]["records"] if isinstance(saved, dict) else saved
         else:
             gen = llama.GEN_TOKENS if not args.quick else args.decode_tokens
             records = llama.run(args.llama_bench, args.model, args.prefill, args.contexts,
                                 args.repeat, args.timeout, gen)
-    except (OSError, ValueError, RuntimeError, subprocess.TimeoutExpired) as exc:
+    except (OSError, ValueError, KeyError, RuntimeError, subprocess.TimeoutExpired) as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
     return llama.summarise(records, args.contexts) | {"records": records}
 
@@ -139,6 +141,13 @@ def record_speed(report: dict, cache_dir: Path) -> None:
                            vk["decode_tok_s"][short], np_["decode_tok_s"][short])
 
 
+def save(report: dict, path: Path | None) -> str:
+    text = json.dumps(report, indent=1)
+    if path:
+        path.write_text(text + "\n")
+    return text
+
+
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", type=Path, default=None)
@@ -149,7 +158,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--hf", action="store_true", help="HF transformers bf16 + compile (CUDA)")
     p.add_argument("--hf-eager", action="store_true", help="HF transformers fp32 eager (CUDA)")
     p.add_argument("--llama-bench", type=Path, help="a llama-bench binary (CUDA build)")
-    p.add_argument("--llama-bench-json", type=Path, help="a saved `llama-bench -o json` run")
+    p.add_argument("--llama-bench-json", type=Path,
+                   help="a saved `llama-bench -o json` run, or a report of this bench with one")
     p.add_argument("--backends", default="vulkan,numpy")
     p.add_argument("--prefill", help=f"prompt lengths (default {FULL['prefill']})")
     p.add_argument("--contexts", help=f"decode contexts (default {FULL['contexts']})")
@@ -194,16 +204,14 @@ def main() -> int:
         for kind in kinds:
             report[kind] = run_child(kind, args)
             print(f"{kind}: {json.dumps(report[kind])}", file=sys.stderr, flush=True)
+            save(report, args.out)  # a run cut short still leaves what it finished
         if args.llama_bench or args.llama_bench_json:
             report["llama_cpp"] = llama_column(args)
             summary = {k: v for k, v in report["llama_cpp"].items() if k != "records"}
             print(f"llama_cpp: {json.dumps(summary)}", file=sys.stderr, flush=True)
         report["ratios"] = ratios(report)
         record_speed(report, args.cache_dir)
-        text = json.dumps(report, indent=1)
-        if args.out:
-            args.out.write_text(text + "\n")
-        print(text)
+        print(save(report, args.out))
     table = markdown(report)
     if args.markdown:
         args.markdown.write_text(table)

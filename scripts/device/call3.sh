@@ -8,13 +8,13 @@ source scripts/device/common.sh
 model=$STATE/SmolLM2-135M-Instruct.Q4_1.gguf
 [ -f "$model" ] || cold "$model (joined in call 2)"
 setup
-if [ -f "$STATE/llama-bench.json" ]; then
-    llama=(--llama-bench-json "$STATE/llama-bench.json")
+if [ -f "$STATE/llama-report.json" ]; then
+    llama=(--llama-bench-json "$STATE/llama-report.json")
 else  # call 2 did not get to run it: run it here
     llama=(--llama-bench "$STATE/llama/bin/llama-bench")
 fi
 set -o pipefail
 python3 scripts/bench_vulkan.py --model "$model" --cache-dir "$STATE/cache" \
-    --scratch "$STATE" --backends vulkan --hf "${llama[@]}" --timeout 270 \
+    --scratch "$STATE" --backends vulkan --hf "${llama[@]}" --timeout 360 \
     --out "$OUT/bench.json" --markdown "$OUT/table.md" "$@" 2>&1 >/dev/null \
     | tee "$OUT/bench.log"
