@@ -5,8 +5,9 @@ Figures, each a median of `repeat` runs: prefill tok/s at each prompt length (th
 on a fresh conversation: its setup is reported apart, as `conversation_setup_ms`); decode tok/s
 of the bare step at each context length, the context ingested first; the app's generate() loop
 (greedy sampling from the logits) at the shortest context; and the snapshot path's arena I/O
-(active K/V slabs written from and read back into the mapped arena views) after decoding at
-the context nearest SNAPSHOT_CONTEXT, which is what docs/vulkan.md's figures used.
+(active K/V slabs written from and read back into the mapped arena views) of the conversation
+at the context nearest SNAPSHOT_CONTEXT, before its timed steps: ~2000 slots, 93 MB, as the
+figures in docs/vulkan.md and issue 14 were taken.
 """
 
 from __future__ import annotations
@@ -99,6 +100,12 @@ def bench(backend_name: str, model_path: Path, cache_dir: Path, scratch: Path,
         steps = iter(synthetic_tokens(vocab, WARMUP_TOKENS + n * repeat, 2))
         for _ in range(WARMUP_TOKENS):
             conv.forward.decode_one_token(next(steps))
+        if context == snapshot_at:  # before the timed steps: context + 4 slots, as today's
+            out["arena_bytes"] = conv.arena.nbytes
+            out.update(snapshot_io(conv, scratch, min(repeat, 3)))
+            if backend is not None:
+                out["device"] = backend.describe()
+                out["dispatches_per_token"] = getattr(conv.forward, "dispatches_per_token", None)
         cpu0, runs = cpu_s(), []
         for _ in range(repeat):
             t0 = time.perf_counter()
@@ -113,12 +120,6 @@ def bench(backend_name: str, model_path: Path, cache_dir: Path, scratch: Path,
             out["decode_cpu_ms_per_token"] = round((cpu_s() - cpu0) * 1e3 / (n * repeat), 2)
             gc.collect()
             out["rss_decoding_mb"] = rss_mb()["rss_mb"]
-        if context == snapshot_at:
-            out["arena_bytes"] = conv.arena.nbytes
-            out.update(snapshot_io(conv, scratch, min(repeat, 3)))
-            if backend is not None:
-                out["device"] = backend.describe()
-                out["dispatches_per_token"] = getattr(conv.forward, "dispatches_per_token", None)
         del conv
 
     gen = conversation()

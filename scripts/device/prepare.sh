@@ -44,6 +44,7 @@ if [ ! -f .model/part2 ]; then
     # checkout (7 MiB) under the 64 MiB a call carries: 47 MiB and the remaining 46.8.
     head -c $((47 << 20)) "$model" > .model/part1
     tail -c +$(((47 << 20) + 1)) "$model" > .model/part2
+    cp "$here/model.sha256" .model/  # the joined file's; call 2 checks it
 fi
 
 if [ ! -f .llama/llama.cpp.tar.xz ]; then
