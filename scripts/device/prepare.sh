@@ -55,7 +55,7 @@ if [ ! -f .llama/llama.cpp.tar.xz ]; then
     # Everything the llama-bench target does not compile: docs, models, tests, other tools and
     # every ggml backend but the CPU (always built) and CUDA ones.
     (cd "$src" && rm -rf docs models tests examples pocs app benches media gguf-py conversion \
-        scripts skills grammars requirements .github .devops ./*.py)
+        scripts skills grammars requirements .github .devops .git ./*.py)
     find "$src/tools" -mindepth 1 -maxdepth 1 ! -name llama-bench -exec rm -rf {} +
     echo 'add_subdirectory(llama-bench)' > "$src/tools/CMakeLists.txt"
     find "$src/ggml/src" -mindepth 1 -maxdepth 1 -type d -name 'ggml-*' \
