@@ -81,8 +81,9 @@ def bench(backend_name: str, model_path: Path, cache_dir: Path, scratch: Path,
         conversation().ingest(ids)  # warm-up: records every prefill pass shape
         runs = []
         for _ in range(repeat):
+            gc.collect()  # outside the timed setup
             t0 = time.perf_counter()
-            conv = conversation()
+            conv = Conversation(model, policy, backend=backend)
             t1 = time.perf_counter()
             conv.ingest(ids)
             runs.append(n / (time.perf_counter() - t1))

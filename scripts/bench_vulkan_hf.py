@@ -21,6 +21,7 @@ import os
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 SHORT = 8  # new tokens of the shorter generate() call
 GEN_TOKENS = 128  # the extra new tokens whose time is the decode figure (llama-bench -n)
@@ -108,7 +109,7 @@ def bench(model_path: Path, mode: str, prefill: list[int], contexts: list[int],
     return out
 
 
-def static_cache(cls, model, length: int):
+def static_cache(cls: type, model: Any, length: int) -> Any:
     """A StaticCache of `length` slots, whichever constructor this transformers has: 5.x takes
     (config, max_cache_len) and sizes itself on first use; 4.x also wants batch, device, dtype."""
     wanted = {"config": model.config, "max_cache_len": length, "max_batch_size": 1,
