@@ -35,6 +35,7 @@ def bench(model_path: Path, mode: str, prefill: list[int], contexts: list[int],
 
     # Past this many recompiles of one frame dynamo falls back to eager, silently.
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+    import transformers
     from transformers import AutoModelForCausalLM, StaticCache
 
     from engine.tools.bench import synthetic_tokens
@@ -48,8 +49,6 @@ def bench(model_path: Path, mode: str, prefill: list[int], contexts: list[int],
     model = AutoModelForCausalLM.from_pretrained(
         str(model_path.parent), gguf_file=model_path.name, dtype=dtype,
         attn_implementation=attn).to("cuda").eval()
-    import transformers
-
     out: dict = {"backend": "hf", "mode": mode, "model_load_s": round(time.perf_counter() - t0, 3),
                  "torch": torch.__version__, "transformers": transformers.__version__,
                  "gpu": torch.cuda.get_device_name(0), "dtype": str(dtype).split(".")[-1],
@@ -57,6 +56,7 @@ def bench(model_path: Path, mode: str, prefill: list[int], contexts: list[int],
     vocab = model.config.vocab_size
     keep_last = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(
         model.forward).parameters else {}
+    out["prefill_logits"] = "last position" if keep_last else "every position"
 
     @torch.no_grad()
     def prefill_once(ids: torch.Tensor) -> float:
