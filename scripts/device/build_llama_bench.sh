@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build llama.cpp's `llama-bench` for CUDA on Hopper (sm_90) from the trimmed source that
 # prepare.sh packed: the build issue 14's llama.cpp figures came from.
-#   build_llama_bench.sh SRC.tar.xz BUILD_DIR [JOBS] [extra cmake -D flags...]
+#   build_llama_bench.sh SRC.tar.gz BUILD_DIR [JOBS] [extra cmake -D flags...]
 # Leaves BUILD_DIR/bin/llama-bench (ggml linked in statically; it needs libcudart.so.13 and
 # libcublas(Lt).so.13 at run time) and BUILD_DIR/build.log; prints the build's wall time.
 set -euo pipefail
@@ -10,7 +10,7 @@ shift $(( $# < 3 ? $# : 3 ))
 start=$(date +%s)
 mkdir -p "$build"
 rm -rf "$build/llama.cpp"
-tar -xJf "$tarball" -C "$build"
+tar -xzf "$tarball" -C "$build"
 {
     cmake -S "$build/llama.cpp" -B "$build/cmake" -G Ninja -DCMAKE_BUILD_TYPE=Release \
         -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DBUILD_SHARED_LIBS=OFF \

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Device call 1 of 3. carry: .gl .whl .model/part1 .llama
 # Loaders and wheels; `import engine` and the Vulkan device; model part 1 to /tmp; llama-bench
-# built from .llama/llama.cpp.tar.xz (about 4.3 min) in its own session (setsid), so that it
+# built from .llama/llama.cpp.tar.gz (about 4.3 min) in its own session (setsid), so that it
 # outlives this call if the call is cut short, but waited for here, so that no measurement
 # overlaps the build.
 source scripts/device/common.sh
@@ -13,7 +13,7 @@ say "model part 1: $(stat -c %s "$STATE/part1") bytes"
 mkdir -p "$STATE/llama"
 if [ ! -x "$STATE/llama/bin/llama-bench" ]; then
     touch "$STATE/building"
-    setsid bash -c "scripts/device/build_llama_bench.sh .llama/llama.cpp.tar.xz $STATE/llama; \
+    setsid bash -c "scripts/device/build_llama_bench.sh .llama/llama.cpp.tar.gz $STATE/llama; \
         rm -f $STATE/building" >"$STATE/build.out" 2>&1 </dev/null &
     say "building llama-bench (log: $STATE/llama/build.log)"
     wait_build 500

@@ -6,7 +6,7 @@
 #   .whl/    py3.12 wheels the engine and the bench need that the device image lacks; READY
 #   .model/  the shipped GGUF in two parts, each small enough to travel with the rest
 #   .llama/  llama.cpp from the llama-cpp-python 0.3.36 sdist, trimmed to the llama-bench
-#            target, as llama.cpp.tar.xz, with build_llama_bench.sh
+#            target, as llama.cpp.tar.gz (gzip: every image has it), with build_llama_bench.sh
 set -euo pipefail
 main=${1:-/work/main}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -47,7 +47,7 @@ if [ ! -f .model/part2 ]; then
     cp "$here/model.sha256" .model/  # the joined file's; call 2 checks it
 fi
 
-if [ ! -f .llama/llama.cpp.tar.xz ]; then
+if [ ! -f .llama/llama.cpp.tar.gz ]; then
     work=$(mktemp -d)
     python3 -m pip download -q --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d "$work"
     tar -xzf "$work"/llama_cpp_python-0.3.36.tar.gz -C "$work"
@@ -61,7 +61,7 @@ if [ ! -f .llama/llama.cpp.tar.xz ]; then
     find "$src/ggml/src" -mindepth 1 -maxdepth 1 -type d -name 'ggml-*' \
         ! -name ggml-cpu ! -name ggml-cuda -exec rm -rf {} +
     mkdir -p .llama
-    tar -C "$work/llama_cpp_python-0.3.36/vendor" -cJf .llama/llama.cpp.tar.xz llama.cpp
+    tar -C "$work/llama_cpp_python-0.3.36/vendor" -czf .llama/llama.cpp.tar.gz llama.cpp
     rm -rf "$work"
 fi
 cp "$here/build_llama_bench.sh" .llama/

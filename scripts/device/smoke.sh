@@ -9,7 +9,7 @@ tiny=$(realpath "$1")
 setup
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
 python3 -c 'import engine, vulkan; from engine.backends.vulkan import probe; print(probe())'
-python3 -m pip list 2>/dev/null | grep -i -E '^(torch|transformers|tokenizers|numpy|triton) ' || true
+python3 -m pip list 2>/dev/null | grep -i -E '^(torch|transformers|tokenizers|numpy|triton) ' || :
 nvcc --version | tail -1; cmake --version | head -1; echo "ninja $(ninja --version)"
 ls /usr/local/cuda/include/cublas_v2.h /usr/local/cuda/lib64/libcublas.so* || true
 set -o pipefail
