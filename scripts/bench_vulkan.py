@@ -1,23 +1,26 @@
-"""Vulkan vs numpy (and, on a GPU, HF transformers eager): one JSON benchmark.
+"""Channel's Vulkan backend against numpy, HF transformers and llama.cpp: one JSON benchmark.
 
-    python scripts/bench_vulkan.py [--quick] [--hf] [--out FILE] [--model GGUF]
+    python scripts/bench_vulkan.py [--quick] [--hf] [--llama-bench PATH] [--out FILE]
+                                   [--markdown FILE] [--backends vulkan,numpy] [--model GGUF]
+    python scripts/bench_vulkan.py --from-json FILE [--markdown FILE]   # re-render the table
 
-Each backend runs in its own subprocess, so resident memory (VmRSS/VmHWM) is that backend's
-alone and OpenBLAS threads of one never compete with lavapipe's of the other. Figures: model
-and conversation setup, prefill tok/s, decode tok/s (the bare decode step, and the app's
-generate() loop that samples from the logits), decode at a long context, and the snapshot
-path's arena I/O (active K/V slabs written from and read back into the mapped arena views).
-With --hf, HF transformers loads the same GGUF (float32, eager attention) on CUDA.
+Figures (medians of --repeat runs): prefill tok/s at each --prefill length, decode tok/s at
+each --contexts length, snapshot save/restore (scripts/bench_vulkan_engine.py says how each is
+taken). Each engine backend and HF run in their own subprocess, so resident memory is that
+backend's alone and one's threads never compete with another's. --hf adds HF transformers on
+CUDA (bf16, static cache + torch.compile; --hf-eager also fp32 eager): bench_vulkan_hf.py.
+--llama-bench PATH adds llama.cpp from its `llama-bench` (fa off and on): bench_vulkan_llama.py;
+--llama-bench-json FILE reads a saved run of it instead. --markdown writes the table that
+docs/vulkan.md carries (bench_vulkan_table.py). --quick: tiny sizes, for lavapipe.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import platform
-import statistics
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,215 +30,41 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import bench_vulkan_llama as llama  # noqa: E402 - a sibling; scripts/ is sys.path[0]
+from bench_vulkan_table import markdown  # noqa: E402
 
-def rss_mb() -> dict:
-    fields = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            fields[key] = value.strip()
-    mb = lambda k: round(int(fields.get(k, "0 kB").split()[0]) / 1024, 1)  # noqa: E731
-    return {"rss_mb": mb("VmRSS"), "rss_peak_mb": mb("VmHWM")}
+FULL = {"prefill": "256,2048", "contexts": "16,2000,4000", "decode_tokens": 64, "repeat": 5}
+QUICK = {"prefill": "64", "contexts": "16,128", "decode_tokens": 8, "repeat": 1}
+KINDS = ("vulkan", "numpy", "hf", "hf-eager")
 
 
-def cpu_s() -> float:
-    import resource
-
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+def ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
 
 
-def synthetic(vocab: int, count: int, seed: int) -> list[int]:
-    from engine.tools.bench import synthetic_tokens
+def child(kind: str, args: argparse.Namespace) -> dict:
+    if kind in ("hf", "hf-eager"):
+        from bench_vulkan_hf import bench as hf_bench
 
-    return synthetic_tokens(vocab, count, seed)
+        mode = "bf16-compiled" if kind == "hf" else "fp32-eager"
+        return hf_bench(args.model, mode, args.prefill, args.contexts, args.repeat)
+    from bench_vulkan_engine import bench as engine_bench
 
-
-def timed(fn, repeat: int) -> float:
-    from engine.tools.bench import median_time
-
-    return median_time(fn, repeat)
-
-
-# -- engine backends -------------------------------------------------------------------------
-def child_engine(backend_name: str, args: argparse.Namespace) -> dict:
-    import numpy as np
-
-    from engine.model.config import RingPolicy
-    from engine.model.model import load_model
-    from engine.state.conversation import Conversation
-    from engine.state.sampler import SamplingSettings
-
-    out: dict = {"backend": backend_name}
-    t0 = time.perf_counter()
-    model = load_model(args.model, args.cache_dir, f32_weights=backend_name == "numpy")
-    out["model_load_s"] = round(time.perf_counter() - t0, 3)
-    backend = None
-    if backend_name == "vulkan":
-        from engine.backends.vulkan.backend import VulkanBackend
-
-        backend = VulkanBackend()
-    policy = RingPolicy()
-    t0 = time.perf_counter()
-    conv = Conversation(model, policy, backend=backend)
-    out["first_conversation_s"] = round(time.perf_counter() - t0, 3)  # vulkan: weight upload
-    vocab = model.config.vocab_size
-
-    n_prefill = args.prefill_tokens
-    ids = synthetic(vocab, n_prefill, 0)
-    conv.ingest(ids)  # warm-up: records/compiles every prefill pass shape
-    out["prefill_tokens"] = n_prefill
-    out["prefill_tok_s"] = round(n_prefill / timed(
-        lambda: Conversation(model, policy, backend=backend).ingest(ids), args.repeat), 2)
-
-    conv = Conversation(model, policy, backend=backend)
-    conv.ingest(synthetic(vocab, 16, 1))
-    steps = iter(synthetic(vocab, args.decode_tokens * (args.repeat + 1) + 8, 2))
-    for _ in range(4):
-        conv.forward.decode_one_token(next(steps))
-
-    def decode() -> None:
-        for _ in range(args.decode_tokens):
-            conv.forward.decode_one_token(next(steps))
-
-    out["decode_tokens"] = args.decode_tokens
-    cpu0 = cpu_s()
-    out["decode_tok_s"] = round(args.decode_tokens / timed(decode, args.repeat), 2)
-    # CPU seconds (all threads) per token: robust to other load on a shared machine, where
-    # wall-clock tok/s is not.
-    out["decode_cpu_ms_per_token"] = round(
-        (cpu_s() - cpu0) * 1e3 / (args.decode_tokens * args.repeat), 2)
-    # Steady state of one decoding conversation: collect the prefill ones first (an arena and
-    # its views form a reference cycle, so they wait for the cyclic collector).
-    gc.collect()
-    out["rss_decoding_mb"] = rss_mb()["rss_mb"]
-    gen = Conversation(model, policy, backend=backend)
-    gen.ingest(synthetic(vocab, 16, 3))
-    result = gen.generate(SamplingSettings(), args.decode_tokens, frozenset())
-    out["generate_tok_s"] = round(result.tok_s, 2)  # decode + greedy sampling from logits
-
-    if args.long_context:
-        long = Conversation(model, policy, backend=backend)
-        long.ingest(synthetic(vocab, args.long_context, 4))
-        more = iter(synthetic(vocab, 64, 5))
-        long.forward.decode_one_token(next(more))
-        n = 16
-        out[f"decode_tok_s_ctx{args.long_context}"] = round(n / timed(
-            lambda: [long.forward.decode_one_token(next(more)) for _ in range(n)], 1), 2)
-        conv = long
-    out.update(snapshot_io(conv, Path(args.scratch)))
-    out["arena_bytes"] = conv.arena.nbytes
-    if backend is not None:
-        out["device"] = backend.describe()
-        out["dispatches_per_token"] = conv.forward.dispatches_per_token
-    out["model_fingerprint"] = model.fingerprint
-    out.update(rss_mb())
-    del np
-    return out
+    return engine_bench(kind, args.model, args.cache_dir, args.scratch, args.prefill,
+                        args.contexts, args.decode_tokens, args.repeat)
 
 
-def snapshot_io(conv, scratch: Path) -> dict:
-    """Write the live K/V slabs and slot metadata straight from the arena views (1 MiB
-    buffered, fsync), then read them back into the views: the snapshot path's data movement."""
-    import numpy as np
-
-    v, n = conv.arena.views(), conv.ring.n_active
-    path = scratch / f"arena-{os.getpid()}.bin"
-    names = ["k_cache", "v_cache", "slot_clock", "slot_pos", "slot_active", "slot_salience"]
-    t0 = time.perf_counter()
-    # Vulkan on a GPU stages the regions through host-cached memory; elsewhere, the views.
-    reader = getattr(conv.forward, "read_regions", None)
-    src = reader(names) if reader else {name: getattr(v, name) for name in names}
-    with open(path, "wb", buffering=1 << 20) as f:
-        for plane in (src["k_cache"], src["v_cache"]):
-            for layer in plane:
-                f.write(memoryview(np.ascontiguousarray(layer[:n])).cast("B"))
-        for name in names[2:]:
-            f.write(memoryview(src[name][:n]).cast("B"))
-        f.flush()
-        os.fsync(f.fileno())
-    save_s = time.perf_counter() - t0
-    nbytes = path.stat().st_size
-    t0 = time.perf_counter()
-    with open(path, "rb", buffering=0) as f:
-        for plane in (v.k_cache, v.v_cache):
-            for layer in plane:
-                f.readinto(memoryview(layer[:n]).cast("B"))
-        for meta in (v.slot_clock, v.slot_pos, v.slot_active, v.slot_salience):
-            f.readinto(memoryview(meta[:n]).cast("B"))
-    restore_s = time.perf_counter() - t0
-    path.unlink()
-    return {"snapshot_path": getattr(conv.forward, "snapshot_path", "mapped"),
-            "snapshot_slots": n, "snapshot_bytes": nbytes,
-            "snapshot_save_ms": round(save_s * 1e3, 2),
-            "snapshot_restore_ms": round(restore_s * 1e3, 2)}
-
-
-# -- HF transformers on CUDA -----------------------------------------------------------------
-def child_hf(args: argparse.Namespace) -> dict:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    if not torch.cuda.is_available():
-        return {"backend": "hf", "skipped": "no CUDA device"}
-    gguf = Path(args.model)
-    t0 = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(
-        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32,
-        attn_implementation="eager").to("cuda").eval()
-    out: dict = {"backend": "hf", "model_load_s": round(time.perf_counter() - t0, 3),
-                 "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0),
-                 "dtype": "float32", "attn_implementation": "eager"}
-    vocab = model.config.vocab_size
-    ids = torch.tensor([synthetic(vocab, args.prefill_tokens, 0)], device="cuda")
-
-    @torch.no_grad()
-    def prefill():
-        model(input_ids=ids, use_cache=True)
-        torch.cuda.synchronize()
-
-    prefill()
-    out["prefill_tokens"] = args.prefill_tokens
-    out["prefill_tok_s"] = round(args.prefill_tokens / timed(prefill, args.repeat), 2)
-
-    @torch.no_grad()
-    def decode(context: int, n: int) -> float:
-        prompt = torch.tensor([synthetic(vocab, context, 1)], device="cuda")
-        res = model(input_ids=prompt, use_cache=True)
-        cache, tok = res.past_key_values, res.logits[:, -1].argmax(-1, keepdim=True)
-        for _ in range(4):  # warm-up
-            res = model(input_ids=tok, past_key_values=cache, use_cache=True)
-            cache, tok = res.past_key_values, res.logits[:, -1].argmax(-1, keepdim=True)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            res = model(input_ids=tok, past_key_values=cache, use_cache=True)
-            cache = res.past_key_values
-            tok = res.logits[:, -1].argmax(-1, keepdim=True)
-            int(tok)  # a chat app needs the token on the host every step
-        return n / (time.perf_counter() - t0)
-
-    out["decode_tokens"] = args.decode_tokens
-    out["decode_tok_s"] = round(statistics.median(
-        decode(16, args.decode_tokens) for _ in range(args.repeat)), 2)
-    if args.long_context:
-        out[f"decode_tok_s_ctx{args.long_context}"] = round(decode(args.long_context, 16), 2)
-    return out
-
-
-# -- parent ----------------------------------------------------------------------------------
-def run_child(kind: str, args: argparse.Namespace, timeout: int) -> dict:
+def run_child(kind: str, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, __file__, "--child", kind, "--model", str(args.model),
            "--cache-dir", str(args.cache_dir), "--scratch", str(args.scratch),
-           "--prefill-tokens", str(args.prefill_tokens), "--decode-tokens",
-           str(args.decode_tokens), "--repeat", str(args.repeat),
-           "--long-context", str(args.long_context)]
+           "--prefill", ",".join(map(str, args.prefill)),
+           "--contexts", ",".join(map(str, args.contexts)),
+           "--decode-tokens", str(args.decode_tokens), "--repeat", str(args.repeat)]
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
-        return {"backend": kind, "error": f"timed out after {timeout} s"}
+        return {"backend": kind, "error": f"timed out after {args.timeout} s"}
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         return {"backend": kind, "error": " | ".join(tail)}
@@ -244,9 +73,29 @@ def run_child(kind: str, args: argparse.Namespace, timeout: int) -> dict:
     return result
 
 
+def llama_column(args: argparse.Namespace) -> dict:
+    try:
+        if args.llama_bench_json:
+            saved = json.loads(args.llama_bench_json.read_text())
+            # llama-bench's own output, or an earlier report of this bench that ran it.
+            records = saved["llama_cpp"]["records"] if isinstance(saved, dict) else saved
+        else:
+            gen = llama.GEN_TOKENS if not args.quick else args.decode_tokens
+            records = llama.run(args.llama_bench, args.model, args.prefill, args.contexts,
+                                args.repeat, args.timeout, gen)
+    except (OSError, ValueError, KeyError, RuntimeError, subprocess.TimeoutExpired) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return llama.summarise(records, args.contexts) | {"records": records}
+
+
 def machine() -> dict:
     info: dict = {"platform": platform.platform(), "cpu_count": os.cpu_count(),
                   "python": platform.python_version()}
+    if shutil.which("nvidia-smi"):
+        proc = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
+                               "--format=csv,noheader"], capture_output=True, text=True)
+        if proc.returncode == 0 and proc.stdout.strip():
+            info["gpu"], _, info["driver"] = proc.stdout.splitlines()[0].partition(", ")
     try:
         from engine.backends.vulkan import probe
 
@@ -257,75 +106,116 @@ def machine() -> dict:
     return info
 
 
-def ratio(a: dict, b: dict, key: str) -> float | None:
-    if key in a and key in b and b[key]:
-        return round(a[key] / b[key], 3)
-    return None
+def ratios(report: dict) -> dict:
+    """Vulkan over each other column, per figure (None where either side is missing)."""
+    vk = report.get("vulkan", {})
+    others = {"numpy": report.get("numpy", {}), "hf": report.get("hf", {}),
+              "llama_fa_off": report.get("llama_cpp", {}).get("fa_off", {}),
+              "llama_fa_on": report.get("llama_cpp", {}).get("fa_on", {})}
+    out: dict = {}
+    for name, other in others.items():
+        for kind in ("prefill", "decode"):
+            for key, value in vk.get(f"{kind}_tok_s", {}).items():
+                theirs = other.get(f"{kind}_tok_s", {}).get(key)
+                out[f"{kind}_{key}_vulkan_over_{name}"] = (
+                    round(value / theirs, 3) if theirs else None)
+    np_ = others["numpy"]
+    for key in ("decode_cpu_ms_per_token", "rss_decoding_mb", "rss_mb", "rss_peak_mb"):
+        if key in vk and np_.get(key):
+            out[f"{key}_vulkan_over_numpy"] = round(vk[key] / np_[key], 3)
+    return out
 
 
-def main() -> int:
+def record_speed(report: dict, cache_dir: Path) -> None:
+    """Lets `--backend auto` decide on this device: Vulkan's and numpy's short-context decode."""
+    short = str(min(report["settings"]["contexts"]))
+    vk, np_ = report.get("vulkan", {}), report.get("numpy", {})
+    if short not in vk.get("decode_tok_s", {}) or short not in np_.get("decode_tok_s", {}):
+        return
+    from engine.backends.vulkan import probe
+    from engine.backends.vulkan.measurements import record_measurement
+
+    info = probe()
+    if not isinstance(info, str):
+        record_measurement(cache_dir, info, vk["model_fingerprint"],
+                           vk["decode_tok_s"][short], np_["decode_tok_s"][short])
+
+
+def save(report: dict, path: Path | None) -> str:
+    text = json.dumps(report, indent=1)
+    if path:
+        path.write_text(text + "\n")
+    return text
+
+
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", type=Path, default=None)
     p.add_argument("--cache-dir", type=Path, default=None,
                    help="the app's cache (default): `--backend auto` reads the result there")
     p.add_argument("--scratch", type=Path, default=Path(tempfile.gettempdir()))
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--hf", action="store_true", help="also HF transformers eager (CUDA)")
+    p.add_argument("--hf", action="store_true", help="HF transformers bf16 + compile (CUDA)")
+    p.add_argument("--hf-eager", action="store_true", help="HF transformers fp32 eager (CUDA)")
+    p.add_argument("--llama-bench", type=Path, help="a llama-bench binary (CUDA build)")
+    p.add_argument("--llama-bench-json", type=Path,
+                   help="a saved `llama-bench -o json` run, or a report of this bench with one")
     p.add_argument("--backends", default="vulkan,numpy")
-    p.add_argument("--prefill-tokens", type=int, default=None)
-    p.add_argument("--decode-tokens", type=int, default=None)
-    p.add_argument("--repeat", type=int, default=None)
-    p.add_argument("--long-context", type=int, default=None)
-    p.add_argument("--timeout", type=int, default=900)
-    p.add_argument("--out", type=Path, default=None)
-    p.add_argument("--child", choices=("vulkan", "numpy", "hf"), help=argparse.SUPPRESS)
+    p.add_argument("--prefill", help=f"prompt lengths (default {FULL['prefill']})")
+    p.add_argument("--contexts", help=f"decode contexts (default {FULL['contexts']})")
+    p.add_argument("--decode-tokens", type=int, help="decode steps per timed run")
+    p.add_argument("--repeat", type=int)
+    p.add_argument("--timeout", type=int, default=900, help="seconds per child / llama-bench")
+    p.add_argument("--out", type=Path, help="also write the JSON here")
+    p.add_argument("--markdown", type=Path, help="write the docs/vulkan.md table here")
+    p.add_argument("--from-json", type=Path, help="render an earlier --out report; run nothing")
+    p.add_argument("--child", choices=KINDS, help=argparse.SUPPRESS)
     args = p.parse_args()
-    if args.model is None:
+    defaults = QUICK if args.quick else FULL
+    args.prefill = ints(args.prefill or defaults["prefill"])
+    args.contexts = ints(args.contexts or defaults["contexts"])
+    args.decode_tokens = args.decode_tokens or defaults["decode_tokens"]
+    args.repeat = args.repeat or defaults["repeat"]
+    if args.model is None and not args.from_json:
         from engine.paths import default_model_path
 
         args.model = default_model_path()
-    if args.cache_dir is None:
+    if args.cache_dir is None and not args.from_json:
         from engine.paths import default_cache_dir
 
         args.cache_dir = default_cache_dir()
-    args.prefill_tokens = args.prefill_tokens or (64 if args.quick else 256)
-    args.decode_tokens = args.decode_tokens or (16 if args.quick else 64)
-    args.repeat = args.repeat or (1 if args.quick else 3)
-    args.long_context = 0 if args.long_context is None else args.long_context
+    return args
+
+
+def main() -> int:
+    args = parse_args()
     if args.child:
-        result = child_hf(args) if args.child == "hf" else child_engine(args.child, args)
-        print(json.dumps(result))
+        print(json.dumps(child(args.child, args)))
         return 0
-
-    report: dict = {"benchmark": "vulkan", "quick": args.quick, "machine": machine(),
-                    "settings": {k: getattr(args, k) for k in
-                                 ("prefill_tokens", "decode_tokens", "repeat", "long_context")}}
-    for kind in [b for b in args.backends.split(",") if b] + (["hf"] if args.hf else []):
-        report[kind] = run_child(kind, args, args.timeout)
-        print(f"{kind}: {json.dumps(report[kind])}", file=sys.stderr, flush=True)
-    vk, np_, hf = report.get("vulkan", {}), report.get("numpy", {}), report.get("hf", {})
-    report["ratios"] = {
-        "decode_vulkan_over_numpy": ratio(vk, np_, "decode_tok_s"),
-        "prefill_vulkan_over_numpy": ratio(vk, np_, "prefill_tok_s"),
-        "decode_cpu_per_token_numpy_over_vulkan": ratio(np_, vk, "decode_cpu_ms_per_token"),
-        "rss_decoding_vulkan_over_numpy": ratio(vk, np_, "rss_decoding_mb"),
-        "rss_vulkan_over_numpy": ratio(vk, np_, "rss_mb"),
-        "rss_peak_vulkan_over_numpy": ratio(vk, np_, "rss_peak_mb"),
-        "decode_vulkan_over_hf": ratio(vk, hf, "decode_tok_s"),
-        "prefill_vulkan_over_hf": ratio(vk, hf, "prefill_tok_s"),
-    }
-    if "decode_tok_s" in vk and "decode_tok_s" in np_:
-        from engine.backends.vulkan import probe
-        from engine.backends.vulkan.measurements import record_measurement
-
-        info = probe()
-        if not isinstance(info, str):  # lets `--backend auto` decide on this device
-            record_measurement(args.cache_dir, info, vk["model_fingerprint"],
-                               vk["decode_tok_s"], np_["decode_tok_s"])
-    text = json.dumps(report, indent=1)
-    if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
+    if args.from_json:
+        report = json.loads(args.from_json.read_text())
+    else:
+        report = {"benchmark": "vulkan", "date": time.strftime("%Y-%m-%d"),
+                  "quick": args.quick, "model": str(args.model), "machine": machine(),
+                  "settings": {k: getattr(args, k) for k in
+                               ("prefill", "contexts", "decode_tokens", "repeat")}}
+        kinds = [b for b in args.backends.split(",") if b]
+        kinds += ["hf"] * args.hf + ["hf-eager"] * args.hf_eager
+        for kind in kinds:
+            report[kind] = run_child(kind, args)
+            print(f"{kind}: {json.dumps(report[kind])}", file=sys.stderr, flush=True)
+            save(report, args.out)  # a run cut short still leaves what it finished
+        if args.llama_bench or args.llama_bench_json:
+            report["llama_cpp"] = llama_column(args)
+            summary = {k: v for k, v in report["llama_cpp"].items() if k != "records"}
+            print(f"llama_cpp: {json.dumps(summary)}", file=sys.stderr, flush=True)
+        report["ratios"] = ratios(report)
+        record_speed(report, args.cache_dir)
+        print(save(report, args.out))
+    table = markdown(report)
+    if args.markdown:
+        args.markdown.write_text(table)
+    print(table, file=sys.stderr)
     return 0
 
 

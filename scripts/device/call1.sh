@@ -1,0 +1,23 @@
+#!/bin/bash
+# Device call 1 of 3. carry: .gl .whl .model/part1 .llama
+# Loaders and wheels; `import engine` and the Vulkan device; model part 1 to /tmp; llama-bench
+# built from .llama/llama.cpp.tar.gz (about 4.3 min) in its own session (setsid), so that it
+# outlives this call if the call is cut short, but waited for here, so that no measurement
+# overlaps the build.
+source scripts/device/common.sh
+setup
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv || true
+python3 -c 'import engine, vulkan; from engine.backends.vulkan import probe; print(probe())'
+cp .model/part1 "$STATE/part1"
+say "model part 1: $(stat -c %s "$STATE/part1") bytes"
+mkdir -p "$STATE/llama"
+if [ ! -x "$STATE/llama/bin/llama-bench" ]; then
+    touch "$STATE/building"
+    setsid bash -c "scripts/device/build_llama_bench.sh .llama/llama.cpp.tar.gz $STATE/llama; \
+        rm -f $STATE/building" >"$STATE/build.out" 2>&1 </dev/null &
+    say "building llama-bench (log: $STATE/llama/build.log)"
+    wait_build 500
+    cat "$STATE/build.out"
+fi
+"$STATE/llama/bin/llama-bench" --list-devices
+say "call 1 done: make call 2 now (this machine is given back 30 s after a call)"

@@ -1,0 +1,19 @@
+#!/bin/bash
+# Device call 2 of 3. carry: .model/part2
+# Joins the model (sha256 checked against model.sha256 beside this script), waits for a
+# llama-bench build still running, and runs llama-bench's two runs through the bench
+# (bench_vulkan_llama.py): the report $OUT/llama-report.json, kept in /tmp for call 3.
+source scripts/device/common.sh
+[ -f "$STATE/part1" ] || cold "$STATE/part1 (model part 1, from call 1)"
+setup
+model=$STATE/SmolLM2-135M-Instruct.Q4_1.gguf
+cat "$STATE/part1" .model/part2 > "$model"
+(cd "$STATE" && sha256sum --check "$REPO/scripts/device/model.sha256")
+wait_build 240
+set -o pipefail
+python3 scripts/bench_vulkan.py --model "$model" --cache-dir "$STATE/cache" --backends "" \
+    --llama-bench "$STATE/llama/bin/llama-bench" --timeout 240 \
+    --out "$OUT/llama-report.json" 2>&1 >/dev/null | tee "$OUT/llama-report.log"
+grep -q '"fa_on"' "$OUT/llama-report.json"
+cp "$OUT/llama-report.json" "$STATE/"
+say "call 2 done: make call 3 now (this machine is given back 30 s after a call)"
