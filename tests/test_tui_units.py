@@ -134,3 +134,18 @@ def test_options_and_data_dir_checks(tmp_path) -> None:
     (tmp_path / "file").write_text("")
     assert "is not a directory" in data_dir_problem(tmp_path / "file")
     assert valid_session_name("chat-1.x") and not valid_session_name("../x")
+
+
+def test_status_bar_names_the_eviction_policy_only_when_it_is_not_the_default() -> None:
+    from channel_tui.widgets.status_bar import StatusBar
+
+    bar = StatusBar()
+    ring = {"active": 10, "capacity": 4096, "anchors": 3, "clock": 10}
+
+    def shown(**extra) -> str:
+        bar.set_reactive(StatusBar.ring, {**ring, **extra})
+        return " ".join(t.plain for t in bar.segments())
+
+    assert "evicts by" not in shown(policy="turns", policy_is_default=True)
+    assert "evicts by h2o" in shown(policy="h2o", policy_is_default=False)
+    assert "evicts by" not in shown()  # an engine that says nothing of its policy
