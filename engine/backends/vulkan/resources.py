@@ -25,6 +25,7 @@ from .buffers import (
 )
 from .options import current as current_options
 from .pipelines import BINDINGS, TEXEL, Pipelines
+from .upload import fill_zero
 from .weights import DeviceWeights
 
 PARAM_WORDS = 8  # C, n0, pos0, N and padding, before the token ids (common.glsl Params)
@@ -50,7 +51,8 @@ class ActLayout:
 
 class ConversationResources:
     def __init__(self, pipes: Pipelines, weights: DeviceWeights, cfg: ModelConfig,
-                 arena: StateArena, arena_buf: DeviceBuffer, cmax: int, prows: int):
+                 arena: StateArena, arena_buf: DeviceBuffer, cmax: int, prows: int,
+                 max_splits: int):
         ctx = pipes.ctx
         self.ctx, self.cmax, self.prows = ctx, cmax, prows
         slots = arena.layout["mass"].shape[0]
@@ -58,6 +60,15 @@ class ConversationResources:
         self.act = device_buffer(ctx, 4 * self.act_layout.floats, "act")  # [floats] f32
         # [prows, slots] unnormalised probabilities, then [prows] their 1/sum.
         self.probs = device_buffer(ctx, 4 * (prows * slots + prows), "probs")
+        # Split decode attention's partials, laid out by shaders/split.glsl: mass factors
+        # [n_layers * n_heads, max_splits], then per query head the splits' max and sum
+        # [n_heads, max_splits] each and unnormalised outputs [n_heads, max_splits, head_dim].
+        nh = cfg.n_heads
+        split_floats = max_splits * nh * (cfg.n_layers + 2 + cfg.head_dim)
+        self.splits = device_buffer(ctx, 4 * split_floats, "splits")
+        # [n_kv_heads] uint32 splits done; the last split of a head resets its count to 0.
+        self.counters = device_buffer(ctx, 4 * cfg.n_kv_heads, "counters")
+        fill_zero(ctx, self.counters)
         self.params = host_buffer(ctx, 4 * (PARAM_WORDS + cmax), "params")
         self.header = self.params.array[: 4 * PARAM_WORDS].view(np.uint32)  # [8] uint32
         self.tokens = self.params.array[4 * PARAM_WORDS :].view(np.int32)  # [cmax] int32
@@ -109,7 +120,7 @@ class ConversationResources:
             11: whole(self.probs), 12: whole(self.hidden_buf),
             13: region("rebase_cos"), 14: region("rebase_sin"),
             15: (whole(self.act), RGBA32_SFLOAT, 16), 16: (whole(weights.vec), RGBA32_SFLOAT, 16),
-            17: whole(self.out_buf),
+            17: whole(self.out_buf), 18: whole(self.splits), 19: whole(self.counters),
         }
         writes = []
         self._keep = []

@@ -22,15 +22,25 @@ class Tuning:
     max_tokens: int  # T cap for prefill tiles
     prefill_chunk: int  # largest prefill pass; bounds the probability scratch
     small_wg: int  # workgroup size of the other shaders
+    # Decode attention (shaders/split.glsl): a K/V head's live slots are cut into runs of at
+    # least split_slots, at most max_splits of them, one workgroup (a subgroup) each.
+    split_slots: int = 256
+    max_splits: int = 16
+    mass_split: int = 1  # invocations summing one slot's mass (SPLIT of shaders/mass.comp)
 
     @property
     def rows_per_group(self) -> int:
         return self.rows * (self.wg // self.split)
 
 
+# Decode attention on a CPU device: up to 256 slots stay one workgroup per K/V head (no fold
+# of partials); longer contexts spread over lavapipe's threads.
 CPU = Tuning(wg=32, rows=8, split=1, max_tokens=4, prefill_chunk=128, small_wg=32)
 # GPU prefill keeps T at 4: each token holds 8 input vec4s in registers per invocation.
-GPU = Tuning(wg=128, rows=2, split=16, max_tokens=4, prefill_chunk=256, small_wg=128)
+# Decode attention: 16-slot splits give a 2000-slot context 125 splits per K/V head (375
+# workgroups for SmolLM2's 3 heads: ~3 per SM of an H200) while 16 tokens stay one split.
+GPU = Tuning(wg=128, rows=2, split=16, max_tokens=4, prefill_chunk=256, small_wg=128,
+             split_slots=16, max_splits=128, mass_split=4)
 
 
 def tuning_for(ctx: Context) -> Tuning:

@@ -1,0 +1,35 @@
+// Split ("flash-decoding") attention for decode, shared by attention_split.comp and mass.comp:
+// the constants and buffers only they use (kept out of common.glsl so that every other shader's
+// SPIR-V stays as it is), how a token's live slots are cut into splits, and where each split's
+// partial results live. Include after common.glsl.
+
+// ---- specialization constants (ids continue common.glsl's; pipelines.py SPEC_IDS) ------------
+layout(constant_id = 21) const uint SPLIT_SLOTS = 32;  // fewest slots a split holds (but the last)
+layout(constant_id = 22) const uint MAX_SPLITS = 64;   // most splits per K/V head
+
+// ---- resources (pipelines.py BINDINGS) ----------------------------------------------------------
+// Coherent: the last split of a K/V head to finish folds what the other workgroups wrote.
+layout(std430, binding = 18) coherent buffer Split { float splits[]; };         // SP_FLOATS
+layout(std430, binding = 19) coherent buffer Counters { uint counters[]; };     // [NKV]
+
+// Regions of `splits` (float offsets). Only the mass factors outlive a layer: mass.comp reads
+// every layer's after the last one; the rest is reused by the next layer's attention.
+const uint SP_FAC = 0;                                 // [NL * NH, MAX_SPLITS] mass factors
+const uint SP_MAX = SP_FAC + NL * NH * MAX_SPLITS;     // [NH, MAX_SPLITS] split's max score
+const uint SP_SUM = SP_MAX + NH * MAX_SPLITS;          // [NH, MAX_SPLITS] sum exp(score - max)
+const uint SP_OUT = SP_SUM + NH * MAX_SPLITS;          // [NH, MAX_SPLITS, HD] unnormalised out
+const uint SP_FLOATS = SP_OUT + NH * MAX_SPLITS * HD;  // resources.py sizes the buffer so
+
+// A token that sees n >= 1 slots cuts them into runs of split_len(n) slots: as many runs as
+// SPLIT_SLOTS allows, at most MAX_SPLITS. A run's probabilities are stored relative to the
+// run's own max; SP_FAC[row, run] = exp(run max - global max) / global sum turns them into
+// exact softmax probabilities.
+uint split_len(uint n) {
+    uint k = clamp((n + SPLIT_SLOTS - 1) / SPLIT_SLOTS, 1u, MAX_SPLITS);
+    return (n + k - 1) / k;
+}
+
+uint split_count(uint n) {
+    uint len = split_len(n);
+    return (n + len - 1) / len;  // can be fewer than k above: no run is ever empty
+}
