@@ -62,3 +62,11 @@ def matmul_tokens(t: Tuning, gate_up: bool, max_shared: int, decode: bool) -> in
     while tokens > 1 and t.split > 1 and 4 * t.wg * nr * tokens > max_shared:
         tokens //= 2
     return tokens
+
+
+def split_runs(t: Tuning, n: int) -> tuple[int, int]:
+    """(slots per split, splits) of decode attention for a token that sees n >= 1 live slots:
+    shaders/split.glsl's split_len and split_count, mirrored for tests and reports."""
+    k = min(max(-(-n // t.split_slots), 1), t.max_splits)
+    length = -(-n // k)
+    return length, -(-n // length)
