@@ -24,13 +24,14 @@ const uint DL = WG < H4 ? WG : H4;
 const uint SG = WG / DL;
 const uint DPL = (H4 + DL - 1) / DL;  // vec4s per lane per head
 
-shared float tile[G * WG];                      // [G, WG] probabilities of one tile of slots
+shared float tile[PV_TILE != 0 ? G * WG : 1];  // [G, WG] probabilities of one tile of slots
 shared vec4 red[SG > 1 ? G * DPL * WG : 1];     // [WG, G * DPL] slot groups' partial outputs
 
 // This lane's outputs ([G, DPL] vec4s) and softmax sums ([G]). Globals, not parameters: passed
 // to a function, arrays sized by specialization constants came back wrong (lavapipe, glslc).
 vec4 o[G * DPL];
 float sum[G];
+float mx[G];  // the split's max score per head
 
 // Adds the other slot groups' partial outputs into group 0's lanes (shared memory).
 void sum_groups(uint grp, uint dl) {
@@ -62,44 +63,12 @@ void store_outputs(uint grp, uint dl, uint out0) {
     }
 }
 
-void main() {
-    uint lane = gl_LocalInvocationID.x;
-    uint sp = gl_WorkGroupID.x, g = gl_WorkGroupID.y;
-    uint n = prm.N;
-    uint len = split_len(n), nsplit = split_count(n);
-    if (sp >= nsplit) return;  // the whole workgroup leaves together
-    uint s0 = sp * len, s1 = min(n, s0 + len);
-
-    float scale = 1.0 / sqrt(float(HD));
-    vec4 q[G * H4];  // [G, HD/4] scaled queries (the same in every lane)
-    uint qbase = (pc.in_off + g * G * HD) / 4;
-    [[unroll]] for (uint i = 0; i < G * H4; i++) q[i] = scale * texelFetch(ACTT, int(qbase + i));
-    uint row0 = pc.p_row0 + g * G;  // probability row of head (g, 0)
-    uint kbase = (pc.layer * S * KVD + g * HD) / 4;  // texel of slot 0, head g
-
-    // Scores: lanes stride over the run's slots.
-    float mx[G];
-    [[unroll]] for (uint j = 0; j < G; j++) mx[j] = -1.0 / 0.0;
-    for (uint s = s0 + lane; s < s1; s += WG) {
-        float sc[G];
-        [[unroll]] for (uint j = 0; j < G; j++) sc[j] = 0.0;
-        [[unroll]] for (uint i = 0; i < H4; i++) {
-            vec4 k = texelFetch(KT, int(kbase + s * (KVD / 4) + i));
-            [[unroll]] for (uint j = 0; j < G; j++) sc[j] += dot(q[j * H4 + i], k);
-        }
-        [[unroll]] for (uint j = 0; j < G; j++) {
-            probs[(row0 + j) * S + s] = sc[j];
-            mx[j] = max(mx[j], sc[j]);
-        }
-    }
-    [[unroll]] for (uint j = 0; j < G; j++) mx[j] = subgroupMax(mx[j]);
-
-    // Probabilities and outputs, one tile of WG slots at a time: each lane exponentiates the
-    // scores it wrote itself (no memory barrier), shares them through `tile`, then lanes
-    // across the output dimensions sum p * v over the tile.
+// Probabilities and outputs, GPU form (PV_TILE): one tile of WG slots at a time, each lane
+// exponentiates the scores it wrote itself (no memory barrier), shares them through `tile`,
+// then lanes across the output dimensions sum p * v over the tile. Few registers per lane and
+// no cross-lane sums of whole heads; two barriers per tile.
+void pv_tiled(uint lane, uint s0, uint s1, uint row0, uint kbase) {
     uint dl = lane % DL, grp = lane / DL;
-    [[unroll]] for (uint j = 0; j < G; j++) sum[j] = 0.0;
-    [[unroll]] for (uint i = 0; i < G * DPL; i++) o[i] = vec4(0.0);
     for (uint base = s0; base < s1; base += WG) {
         uint s = base + lane;
         [[unroll]] for (uint j = 0; j < G; j++) {
@@ -123,8 +92,75 @@ void main() {
         }
         barrier();  // the next tile overwrites `tile`
     }
+}
+
+// The same, CPU form: each lane sums p * v over its own slots for whole heads and the
+// subgroup adds them up once. No barrier: on lavapipe each costs a coroutine switch.
+void pv_by_slot(uint lane, uint s0, uint s1, uint row0, uint kbase) {
+    vec4 acc[G * H4];
+    [[unroll]] for (uint i = 0; i < G * H4; i++) acc[i] = vec4(0.0);
+    for (uint s = s0 + lane; s < s1; s += WG) {
+        float p[G];
+        [[unroll]] for (uint j = 0; j < G; j++) {
+            p[j] = exp(probs[(row0 + j) * S + s] - mx[j]);
+            probs[(row0 + j) * S + s] = p[j];
+            sum[j] += p[j];
+        }
+        [[unroll]] for (uint i = 0; i < H4; i++) {
+            vec4 v = texelFetch(VT, int(kbase + s * (KVD / 4) + i));
+            [[unroll]] for (uint j = 0; j < G; j++) acc[j * H4 + i] += p[j] * v;
+        }
+    }
+    // Group 0's lanes keep their vec4s of the sums, as pv_tiled leaves them.
+    uint dl = lane % DL, grp = lane / DL;
+    [[unroll]] for (uint i = 0; i < G * H4; i++) {
+        vec4 total = subgroupAdd(acc[i]);
+        uint j = i / H4, d = i % H4;
+        if (grp == 0 && d % DL == dl) o[j * DPL + d / DL] = total;
+    }
+}
+
+void main() {
+    uint lane = gl_LocalInvocationID.x;
+    uint sp = gl_WorkGroupID.x, g = gl_WorkGroupID.y;
+    uint n = prm.N;
+    uint len = split_len(n), nsplit = split_count(n);
+    if (sp >= nsplit) return;  // the whole workgroup leaves together
+    uint s0 = sp * len, s1 = min(n, s0 + len);
+
+    float scale = 1.0 / sqrt(float(HD));
+    vec4 q[G * H4];  // [G, HD/4] scaled queries (the same in every lane)
+    uint qbase = (pc.in_off + g * G * HD) / 4;
+    [[unroll]] for (uint i = 0; i < G * H4; i++) q[i] = scale * texelFetch(ACTT, int(qbase + i));
+    uint row0 = pc.p_row0 + g * G;  // probability row of head (g, 0)
+    uint kbase = (pc.layer * S * KVD + g * HD) / 4;  // texel of slot 0, head g
+
+    // Scores: lanes stride over the run's slots.
+    [[unroll]] for (uint j = 0; j < G; j++) mx[j] = -1.0 / 0.0;
+    for (uint s = s0 + lane; s < s1; s += WG) {
+        float sc[G];
+        [[unroll]] for (uint j = 0; j < G; j++) sc[j] = 0.0;
+        [[unroll]] for (uint i = 0; i < H4; i++) {
+            vec4 k = texelFetch(KT, int(kbase + s * (KVD / 4) + i));
+            [[unroll]] for (uint j = 0; j < G; j++) sc[j] += dot(q[j * H4 + i], k);
+        }
+        [[unroll]] for (uint j = 0; j < G; j++) {
+            probs[(row0 + j) * S + s] = sc[j];
+            mx[j] = max(mx[j], sc[j]);
+        }
+    }
+    [[unroll]] for (uint j = 0; j < G; j++) mx[j] = subgroupMax(mx[j]);
+
+    uint dl = lane % DL, grp = lane / DL;
+    [[unroll]] for (uint j = 0; j < G; j++) sum[j] = 0.0;
+    [[unroll]] for (uint i = 0; i < G * DPL; i++) o[i] = vec4(0.0);
+    if (PV_TILE != 0) {
+        pv_tiled(lane, s0, s1, row0, kbase);
+        sum_groups(grp, dl);
+    } else {
+        pv_by_slot(lane, s0, s1, row0, kbase);
+    }
     [[unroll]] for (uint j = 0; j < G; j++) sum[j] = subgroupAdd(sum[j]);
-    sum_groups(grp, dl);
 
     // Lanes of group 0 own the outputs: vec4 i = dl + c * DL of each head.
     uint out0 = pc.out_off + g * G * HD;

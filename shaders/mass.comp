@@ -10,6 +10,7 @@
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_basic : require
 #include "common.glsl"
+#define SPLIT_READONLY
 #include "split.glsl"
 #include "argmax.glsl"
 

@@ -6,10 +6,17 @@
 // ---- specialization constants (ids continue common.glsl's; pipelines.py SPEC_IDS) ------------
 layout(constant_id = 21) const uint SPLIT_SLOTS = 32;  // fewest slots a split holds (but the last)
 layout(constant_id = 22) const uint MAX_SPLITS = 64;   // most splits per K/V head
+layout(constant_id = 23) const uint PV_TILE = 1;       // 1: GPU form of p * v, 0: CPU form
 
 // ---- resources (pipelines.py BINDINGS) ----------------------------------------------------------
 // Coherent: the last split of a K/V head to finish folds what the other workgroups wrote.
+// A shader that reads them only after a pipeline barrier (mass.comp) defines SPLIT_READONLY,
+// so its loads may go through the non-coherent caches.
+#ifdef SPLIT_READONLY
+layout(std430, binding = 18) readonly buffer Split { float splits[]; };         // SP_FLOATS
+#else
 layout(std430, binding = 18) coherent buffer Split { float splits[]; };         // SP_FLOATS
+#endif
 layout(std430, binding = 19) coherent buffer Counters { uint counters[]; };     // [NKV]
 
 // Regions of `splits` (float offsets). Only the mass factors outlive a layer: mass.comp reads

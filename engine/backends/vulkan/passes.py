@@ -39,7 +39,8 @@ class PassRecorder:
             "D": cfg.d_model, "HD": cfg.head_dim, "NH": cfg.n_heads, "NKV": cfg.n_kv_heads,
             "F": cfg.ffn_dim, "S": slots, "PROWS": res.prows, "EPS": cfg.rms_eps,
             "COS_OFF": weights.cos_off, "SIN_OFF": weights.sin_off, "NL": cfg.n_layers,
-            "V": cfg.vocab_size, "SPLIT_SLOTS": tuning.split_slots, "MAX_SPLITS": tuning.max_splits,
+            "V": cfg.vocab_size, "SPLIT_SLOTS": tuning.split_slots,
+            "MAX_SPLITS": tuning.max_splits, "PV_TILE": int(tuning.pv_tile),
         }
         self.dispatches = 0
 

@@ -26,6 +26,7 @@ class Tuning:
     # least split_slots, at most max_splits of them, one workgroup (a subgroup) each.
     split_slots: int = 256
     max_splits: int = 16
+    pv_tile: bool = False  # p * v with lanes across dimensions (GPU) or across slots (CPU)
     mass_split: int = 1  # invocations summing one slot's mass (SPLIT of shaders/mass.comp)
 
     @property
@@ -40,7 +41,7 @@ CPU = Tuning(wg=32, rows=8, split=1, max_tokens=4, prefill_chunk=128, small_wg=3
 # Decode attention: 16-slot splits give a 2000-slot context 125 splits per K/V head (375
 # workgroups for SmolLM2's 3 heads: ~3 per SM of an H200) while 16 tokens stay one split.
 GPU = Tuning(wg=128, rows=2, split=16, max_tokens=4, prefill_chunk=256, small_wg=128,
-             split_slots=16, max_splits=128, mass_split=4)
+             split_slots=16, max_splits=128, pv_tile=True, mass_split=4)
 
 
 def tuning_for(ctx: Context) -> Tuning:
