@@ -9,7 +9,9 @@ than a subgroup has lanes, and a ring that evicts and rebases.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +24,7 @@ from engine.state.sampler import SamplingSettings
 
 from .parity import TOKENS, tiny
 
+FIXTURES = Path(__file__).parent / "fixtures" / "reference"
 ATOL = 5e-5  # logits, as tests/test_vulkan_parity.py
 MASS_ATOL = 1e-5
 POLICY = RingPolicy(max_slots=64, recent_window=8, evict_batch=8, prefill_chunk=16)
@@ -161,3 +164,21 @@ def test_decode_dispatches_per_token(tiny_model, backend_with, tuning) -> None:
     two dispatches) and not 184 (a separate split-reduction pass per layer)."""
     conv = Conversation(tiny_model, POLICY, backend=backend_with(TUNINGS[tuning]))
     assert conv.forward.dispatches_per_token == 5 * tiny_model.config.n_layers + 3
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+@pytest.mark.parametrize("tuning", ["split", "gpu-shaped"])
+def test_shipped_model_greedy_reply_through_splits(real_model, backend_with, tuning) -> None:
+    """SmolLM2 (3 K/V heads of 64 dims, G = 3) decoding through 8-slot splits gives the HF
+    reference's greedy continuation token for token (tests/test_vulkan_real.py's check)."""
+    chat = json.loads((FIXTURES / "index.json").read_text())["greedy"]["chats"][0]
+    t = replace(TUNINGS[tuning], split_slots=8)
+    conv = Conversation(real_model, RingPolicy(max_slots=512), backend=backend_with(t))
+    logits = conv.ingest(chat["prompt_ids"])
+    generated = []
+    for _ in range(16):
+        generated.append(int(np.argmax(logits)))
+        logits = conv.forward.decode_one_token(generated[-1])
+    assert split_runs(t, conv.ring.n_active)[1] >= 4
+    assert generated == chat["generated_ids"][:16]
