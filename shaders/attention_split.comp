@@ -8,7 +8,7 @@
 // probability rows, and its max, sum and unnormalised output to `splits`. The last split of a
 // K/V head to finish (an atomic counter says which) folds the partials into the output and
 // writes the per-split mass factors mass.comp needs for exact salience. With one split (short
-// contexts) the workgroup normalises directly and nothing else is written.
+// contexts) the workgroup normalises directly, and its factor is its 1/sum.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
@@ -18,8 +18,9 @@ layout(local_size_x_id = 0) in;
 
 const uint G = NH / NKV;
 const uint H4 = HD / 4;
-// The output pass puts lanes across a head's HD/4 vec4s (DL of them) and, where the subgroup
-// is wider than that, SG groups of lanes over alternate slots, summed through shared memory.
+// Outputs live in lanes across a head's HD/4 vec4s (DL of them) and, where the subgroup is
+// wider than that, SG groups of lanes over alternate slots (or splits, in the fold), summed
+// into group 0 through shared memory.
 const uint DL = WG < H4 ? WG : H4;
 const uint SG = WG / DL;
 const uint DPL = (H4 + DL - 1) / DL;  // vec4s per lane per head
@@ -162,7 +163,6 @@ void main() {
     }
     [[unroll]] for (uint j = 0; j < G; j++) sum[j] = subgroupAdd(sum[j]);
 
-    // Lanes of group 0 own the outputs: vec4 i = dl + c * DL of each head.
     uint out0 = pc.out_off + g * G * HD;
     if (nsplit == 1) {
         store_outputs(grp, dl, out0);
