@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ...model.config import ModelConfig
 from ...state.layout import ceil_div
 from .pipelines import PUSH_WORDS, Pipelines
-from .prefill import record_attention, record_product
+from .prefill import mass_pass, record_attention, record_product
 from .resources import ConversationResources
 from .tuning import Tuning, matmul_tokens
 from .weights import DeviceWeights, Matrix
@@ -128,7 +128,8 @@ class PassRecorder:
                                in_off=a.q, out_off=a.attn, layer=i, p_row0=p_row0)
             self._barrier()
             if not shape.decode:  # runs beside wo: both only read what attention wrote
-                self._dispatch("mass", {"WG": sw}, (ceil_div(slots, sw), 1), p_row0=0,
+                shader, spec, groups = mass_pass(self.t, shape, slots, sw)
+                self._dispatch(shader, spec, groups, p_row0=0,
                                count=shape.bucket * cfg.n_heads, flags=int(i > 0),
                                per_t=cfg.n_heads)
             self._matmul(shape, MODE_RESID, lw.wo, norm=None, in_off=a.attn, out_off=a.x)

@@ -30,7 +30,7 @@ BINDINGS = {0: TEXEL, 1: TEXEL, 2: STORAGE, 3: STORAGE, 4: STORAGE, 5: TEXEL, 6:
             7: TEXEL, 8: STORAGE, 9: STORAGE, 10: STORAGE, 11: STORAGE, 12: STORAGE,
             13: STORAGE, 14: STORAGE, 15: TEXEL, 16: TEXEL, 17: STORAGE}
 SHADERS = ("matmul", "embed", "attention", "mass", "rmsnorm", "rope_rebase", "argmax",
-           "matmul_tiled", "matmul_coopmat", "attention_prefill")
+           "matmul_tiled", "matmul_coopmat", "attention_prefill", "mass_prefill")
 
 
 class MissingShaderError(FileNotFoundError):

@@ -1,9 +1,9 @@
 """Prefill's tiled dispatches, for chunks of `Tuning.tiled_from` tokens or more.
 
 Matrix products go to matmul_coopmat (cooperative matrices: tensor cores) where the device
-offers them, else to matmul_tiled (shared-memory tiles); attention goes to attention_prefill.
-Each returns False when the pass shape is not theirs, and passes.py then records the
-decode-shaped shaders (matmul.comp, attention.comp) as before.
+offers them, else to matmul_tiled (shared-memory tiles); attention goes to attention_prefill
+and the per-layer attention mass to mass_prefill. For other pass shapes passes.py records the
+decode-shaped shaders (matmul.comp, attention.comp, mass.comp) as before.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ COOPMAT_TOKENS = 64  # tokens per cooperative-matrix tile (the shader's 2 x 2 su
 COOPMAT_SUBGROUPS = 4
 ATTN_QUERIES = 16  # queries per attention_prefill workgroup
 ATTN_WG = 128  # a multiple of its 32-slot tiles; 16 x 32 scores are 4 per invocation
+MASS_SLOTS, MASS_WG = 32, 256  # mass_prefill: 32 slots a workgroup, 8 invocations a slot
 
 
 def tiled(t: Tuning, shape: PassShape) -> bool:
@@ -64,3 +65,11 @@ def record_attention(rec: PassRecorder, shape: PassShape, *, in_off: int, out_of
     rec._dispatch("attention_prefill", {"WG": ATTN_WG, "T": ATTN_QUERIES}, groups,
                   in_off=in_off, out_off=out_off, layer=layer, p_row0=0)
     return True
+
+
+def mass_pass(t: Tuning, shape: PassShape, slots: int,
+              small_wg: int) -> tuple[str, dict, tuple[int, int]]:
+    """(shader, specialization, groups) of a prefill layer's attention-mass dispatch."""
+    if tiled(t, shape):
+        return "mass_prefill", {"WG": MASS_WG}, (ceil_div(slots, MASS_SLOTS), 1)
+    return "mass", {"WG": small_wg}, (ceil_div(slots, small_wg), 1)
