@@ -33,8 +33,8 @@ class Tuning:
 
 
 # CPU: no tiles. lavapipe runs a workgroup's invocations as one thread's SIMD lanes, where
-# every barrier switches coroutines and shared memory reads are scalar: matmul.comp's
-# register blocking is faster there.
+# every barrier switches coroutines and shared-memory reads are scalar loads, so it keeps
+# matmul.comp's register blocking (the tiles run there in the tests, under the GPU shapes).
 CPU = Tuning(wg=32, rows=8, split=1, max_tokens=4, prefill_chunk=128, small_wg=32)
 # GPU matmul.comp keeps T at 4 (each token holds 8 input vec4s in registers per invocation),
 # which serves decode and chunks under 16 tokens; larger chunks take the tiles. The chunk stays
