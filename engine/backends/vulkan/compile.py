@@ -95,8 +95,10 @@ def compile_all(out_dir: Path, shader_dir: Path = SHADER_DIR, *,
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     out = Path(args[0]) if args else SHADER_DIR
-    for path in compile_all(out):
-        print(path)
+    # glslc's first, so a missing glslangValidator still leaves every other binary fresh.
+    for which in ("glslc", "glslang"):
+        for path in compile_all(out, which=which):
+            print(path)
     return 0
 
 

@@ -9,7 +9,7 @@ enabled only when all of it is present, so other devices are created exactly as 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 EXTENSIONS = ("VK_KHR_cooperative_matrix", "VK_KHR_shader_float16_int8",
               "VK_KHR_vulkan_memory_model")
@@ -21,7 +21,7 @@ class CoopmatSupport:
     """What device creation must enable; `features` keeps the pNext chain alive."""
 
     extensions: tuple[str, ...]
-    features: list = field(default_factory=list)
+    features: list  # cffi structs, linked by pNext: cooperative matrix, float16, memory model
 
     @property
     def chain(self):
