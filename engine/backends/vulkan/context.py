@@ -86,7 +86,7 @@ class Context:
         self.host_import = self.device_type == 4 and HOST_IMPORT_EXT in available
         extensions = [HOST_IMPORT_EXT] if self.host_import else []
         # Cooperative matrices (tensor cores) for prefill's matrix products, where offered.
-        coopmat = probe_coopmat(v, self.instance, self.physical, available)
+        coopmat = probe_coopmat(v, self.instance, self.physical, available, api)
         self.coopmat = coopmat is not None
         if coopmat is not None:
             extensions += coopmat.extensions

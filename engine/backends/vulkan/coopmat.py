@@ -3,8 +3,11 @@ creation.
 
 That shader needs VK_KHR_cooperative_matrix with a 16x16x16 f16 x f16 -> f32 subgroup shape
 (NVIDIA lists it; lavapipe has no cooperative matrices), f16 arithmetic (shaderFloat16) and
-the Vulkan memory model, which GL_KHR_cooperative_matrix's SPIR-V declares. Everything is
-enabled only when all of it is present, so other devices are created exactly as before.
+the Vulkan memory model, which GL_KHR_cooperative_matrix's SPIR-V declares; and a fixed
+subgroup size, since the shader hands each of its 4 subgroups a quarter of the tile (a driver
+that may pick another size, as AMD's wave32/64 and Intel's SIMD8-32 compilers do, gets the
+shared-memory tiles). Everything is enabled only when all of it is present, so other devices
+are created exactly as before.
 """
 
 from __future__ import annotations
@@ -49,10 +52,27 @@ def _has_shape(v, instance, physical) -> bool:
                and not p.saturatingAccumulation for p in props[0 : count[0]])
 
 
-def probe_coopmat(v, instance, physical, available: set[str]) -> CoopmatSupport | None:
+def _fixed_subgroup_size(v, physical, available: set[str], api: int) -> bool:
+    """Whether compute subgroups always have one size (minSubgroupSize == maxSubgroupSize);
+    the properties exist from Vulkan 1.3 or with VK_EXT_subgroup_size_control."""
+    if api < v.VK_MAKE_VERSION(1, 3, 0) and "VK_EXT_subgroup_size_control" not in available:
+        return False
+    ffi = v.ffi
+    ctl = ffi.new("VkPhysicalDeviceSubgroupSizeControlProperties*")
+    ctl.sType = v.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES
+    props = ffi.new("VkPhysicalDeviceProperties2*")
+    props.sType = v.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2
+    props.pNext = ctl
+    v.lib.vkGetPhysicalDeviceProperties2(physical, props)
+    return ctl.minSubgroupSize == ctl.maxSubgroupSize > 0
+
+
+def probe_coopmat(v, instance, physical, available: set[str],
+                  api: int) -> CoopmatSupport | None:
     """The extensions and feature structs to enable for cooperative matrices, or None where
-    the device lacks any part of them."""
-    if not set(EXTENSIONS) <= available or not _has_shape(v, instance, physical):
+    the device lacks any part of them. `api` is the device's apiVersion."""
+    if (not set(EXTENSIONS) <= available or not _has_shape(v, instance, physical)
+            or not _fixed_subgroup_size(v, physical, available, api)):
         return None
     ffi = v.ffi
     coop = ffi.new("VkPhysicalDeviceCooperativeMatrixFeaturesKHR*")
