@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from ...model.config import ModelConfig
 from ...state.layout import ceil_div
 from .pipelines import PUSH_WORDS, Pipelines
+from .prefill import mass_pass, record_attention, record_product
 from .resources import ConversationResources
 from .tuning import Tuning, matmul_tokens
 from .weights import DeviceWeights, Matrix
@@ -97,6 +98,10 @@ class PassRecorder:
                 in_off: int, out_off: int, layer: int = 0) -> None:
         t = self.t
         gate_up = mode == MODE_GATEUP
+        if mode != MODE_LOGITS and record_product(self, shape, mode, m, gate_up=gate_up,
+                                                  norm=norm, in_off=in_off, out_off=out_off,
+                                                  layer=layer):
+            return
         rows = m.rows // 2 if gate_up else m.rows
         tokens = 1 if mode == MODE_LOGITS else matmul_tokens(
             t, gate_up, self.pipes.ctx.limits.max_shared_bytes, shape.decode)
@@ -123,13 +128,14 @@ class PassRecorder:
                 self._dispatch("attention_split", {"WG": self.pipes.ctx.subgroup_size},
                                (self.t.max_splits, cfg.n_kv_heads),
                                in_off=a.q, out_off=a.attn, layer=i, p_row0=i * cfg.n_heads)
-            else:
+            elif not record_attention(self, shape, in_off=a.q, out_off=a.attn, layer=i):
                 self._dispatch("attention", {"WG": self.pipes.ctx.subgroup_size},
                                (cfg.n_kv_heads, shape.bucket),
                                in_off=a.q, out_off=a.attn, layer=i, p_row0=0)
             self._barrier()
             if not shape.decode:  # runs beside wo: both only read what attention wrote
-                self._dispatch("mass", {"WG": sw}, (ceil_div(slots, sw), 1), p_row0=0,
+                shader, spec, groups = mass_pass(self.t, shape, slots, sw)
+                self._dispatch(shader, spec, groups, p_row0=0,
                                count=shape.bucket * cfg.n_heads, flags=int(i > 0),
                                per_t=cfg.n_heads)
             self._matmul(shape, MODE_RESID, lw.wo, norm=None, in_off=a.attn, out_off=a.x)

@@ -3,7 +3,9 @@
 CPU drivers (lavapipe) run a workgroup's invocations as SIMD lanes on one thread, so each
 invocation owns whole rows and walks K alone (SPLIT = 1), and several rows per invocation share
 each staged input load. GPUs want many threads per row: SPLIT lanes stride over a row's blocks
-and reduce through shared memory.
+and reduce through shared memory. GPU prefill chunks of `tiled_from` tokens or more take the
+tiled matrix products and tiled attention (engine/backends/vulkan/prefill.py), on cooperative
+matrices where the device has them and `coopmat` allows.
 """
 
 from __future__ import annotations
@@ -28,20 +30,29 @@ class Tuning:
     max_splits: int = 16
     pv_tile: bool = False  # p * v with lanes across dimensions (GPU) or across slots (CPU)
     mass_split: int = 1  # invocations summing one slot's mass (SPLIT of shaders/mass.comp)
+    tiled_from: int = 0  # prefill buckets this large use the tiled shaders (0: never)
+    coopmat: bool = False  # tiled products on cooperative matrices where the device has them
 
     @property
     def rows_per_group(self) -> int:
         return self.rows * (self.wg // self.split)
 
 
-# Decode attention on a CPU device: up to 256 slots stay one workgroup per K/V head (no fold
-# of partials); longer contexts spread over lavapipe's threads.
+# CPU: no tiles. lavapipe runs a workgroup's invocations as one thread's SIMD lanes, where
+# every barrier switches coroutines and shared-memory reads are scalar loads, so it keeps
+# matmul.comp's register blocking (the tiles run there in the tests, under the GPU shapes).
+# Decode attention: up to 256 slots stay one workgroup per K/V head (no fold of partials);
+# longer contexts spread over lavapipe's threads.
 CPU = Tuning(wg=32, rows=8, split=1, max_tokens=4, prefill_chunk=128, small_wg=32)
-# GPU prefill keeps T at 4: each token holds 8 input vec4s in registers per invocation.
+# GPU matmul.comp keeps T at 4 (each token holds 8 input vec4s in registers per invocation),
+# which serves decode and chunks under 16 tokens; larger chunks take the tiles. The chunk stays
+# 256: forward.py caps it at the ring policy's prefill_chunk (256 by default) anyway, which
+# the numpy backend shares, since salience is committed per chunk.
 # Decode attention: 16-slot splits give a 2000-slot context 125 splits per K/V head (375
 # workgroups for SmolLM2's 3 heads: ~3 per SM of an H200) while 16 tokens stay one split.
 GPU = Tuning(wg=128, rows=2, split=16, max_tokens=4, prefill_chunk=256, small_wg=128,
-             split_slots=16, max_splits=128, pv_tile=True, mass_split=4)
+             split_slots=16, max_splits=128, pv_tile=True, mass_split=4,
+             tiled_from=16, coopmat=True)
 
 
 def tuning_for(ctx: Context) -> Tuning:
