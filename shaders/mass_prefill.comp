@@ -5,8 +5,12 @@
 // per slot, a long chain of dependent loads; here 32 slots share a workgroup of RG row groups
 // (a subgroup's loads of one row stay contiguous). Rows come in groups of per_t for query
 // token t, which saw slots [0, n0 + t]: slot s only takes rows of tokens t >= s - n0.
+// After attention split over runs of slots (PREFILL_SPLITS > 1) a row's factor is its run's,
+// PF_FAC[row, run of s] (split.glsl), instead of its 1/sum.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
+#define SPLIT_READONLY
+#include "split.glsl"
 
 layout(local_size_x_id = 0) in;
 
@@ -22,9 +26,17 @@ void main() {
     if (s < prm.N) {
         uint first = s > prm.n0 ? (s - prm.n0) * pc.per_t : 0;  // rows of earlier tokens: no
         uint rows = min(pc.count, prm.C * pc.per_t);  // rows past C: stale, from a longer pass
-        for (uint r = first + g; r < rows; r += RG) {
-            uint row = pc.p_row0 + r;
-            total += probs[row * S + s] * probs[PROWS * S + row];
+        if (PREFILL_SPLITS > 1) {
+            uint run = s / prefill_run_len(prm.N);
+            for (uint r = first + g; r < rows; r += RG) {
+                uint row = pc.p_row0 + r;
+                total += probs[row * S + s] * splits[PF_FAC + row * PREFILL_SPLITS + run];
+            }
+        } else {
+            for (uint r = first + g; r < rows; r += RG) {
+                uint row = pc.p_row0 + r;
+                total += probs[row * S + s] * probs[PROWS * S + row];
+            }
         }
     }
     part[lid] = total;

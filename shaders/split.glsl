@@ -1,7 +1,8 @@
-// Split ("flash-decoding") attention for decode, shared by attention_split.comp and mass.comp:
-// the constants and buffers only they use (kept out of common.glsl so that every other shader's
-// SPIR-V stays as it is), how a token's live slots are cut into splits, and where each split's
-// partial results live. Include after common.glsl.
+// Split ("flash-decoding") attention, shared by attention_split.comp and mass.comp (decode) and
+// by attention_prefill.comp and mass_prefill.comp (prefill): the constants and buffers only
+// they use (kept out of common.glsl so that every other shader's SPIR-V stays as it is), how
+// live slots are cut into splits, and where each split's partial results live. Include after
+// common.glsl.
 
 // ---- specialization constants (ids continue common.glsl's; pipelines.py SPEC_IDS) ------------
 layout(constant_id = 21) const uint SPLIT_SLOTS = 32;  // fewest slots a split holds (but the last)
@@ -17,7 +18,8 @@ layout(std430, binding = 18) readonly buffer Split { float splits[]; };         
 #else
 layout(std430, binding = 18) coherent buffer Split { float splits[]; };         // SP_FLOATS
 #endif
-layout(std430, binding = 19) coherent buffer Counters { uint counters[]; };     // [NKV]
+layout(std430, binding = 19) coherent buffer Counters { uint counters[]; };  // runs done, zeroed
+// by the last: [NKV] for decode, [NH, query tiles] for prefill (resources.py sizes it)
 
 // Regions of `splits` (float offsets). Only the mass factors outlive a layer: mass.comp reads
 // every layer's after the last one; the rest is reused by the next layer's attention.
@@ -40,3 +42,23 @@ uint split_count(uint n) {
     uint len = split_len(n);
     return (n + len - 1) / len;  // can be fewer than k above: no run is ever empty
 }
+
+// ---- prefill: attention_prefill.comp's runs of slots, read back by mass_prefill.comp -------
+// With PREFILL_SPLITS > 1 a chunk's query tile attends its slots in up to that many runs, one
+// workgroup each; the last run of a tile to finish folds them (counters[query head, tile]).
+layout(constant_id = 24) const uint PREFILL_SPLITS = 1;  // most runs per query tile (1: none)
+const uint PF_TILE = 32;  // slots per key/value tile of attention_prefill.comp
+
+// Runs are whole tiles and depend only on the chunk's live count n (prm.N), not on the query
+// tile (which sees fewer slots if earlier), so mass_prefill finds a slot's run from the slot.
+uint prefill_run_len(uint n) {
+    uint tiles = (n + PF_TILE - 1) / PF_TILE;
+    return PF_TILE * ((tiles + PREFILL_SPLITS - 1) / PREFILL_SPLITS);
+}
+
+// Regions of `splits` for probability row `row` of the chunk (the decode regions above are
+// free during a prefill pass). PF_FAC[row, run] = exp(run max - max) / sum: as SP_FAC.
+const uint PF_FAC = 0;                                      // [PROWS, PREFILL_SPLITS]
+const uint PF_MAX = PF_FAC + PROWS * PREFILL_SPLITS;        // [PROWS, PREFILL_SPLITS]
+const uint PF_SUM = PF_MAX + PROWS * PREFILL_SPLITS;        // [PROWS, PREFILL_SPLITS]
+const uint PF_OUT = PF_SUM + PROWS * PREFILL_SPLITS;        // [PROWS, PREFILL_SPLITS, HD]

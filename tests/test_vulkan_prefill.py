@@ -40,14 +40,15 @@ def prompt(n: int, seed: int, vocab: int) -> list[int]:
     return [int(t) for t in np.random.default_rng(seed).integers(3, vocab, n)]
 
 
-def watch_shaders(conv: Conversation) -> list[str]:
-    """The shaders of every pass recorded from now on (passes are recorded on first use)."""
+def watch_dispatches(conv: Conversation) -> list[tuple[str, tuple]]:
+    """(shader, workgroups) of every pass recorded from now on (passes are recorded on first
+    use)."""
     rec, seen = conv.forward.recorder, []
     record = rec._dispatch
 
-    def dispatch(shader, *args, **kw):
-        seen.append(shader)
-        record(shader, *args, **kw)
+    def dispatch(shader, spec, groups, **kw):
+        seen.append((shader, groups))
+        record(shader, spec, groups, **kw)
 
     rec._dispatch = dispatch
     return seen
@@ -65,16 +66,20 @@ def assert_same_state(vk: Conversation, ref: Conversation, n: int) -> None:
 
 
 def run_pair(model, backend, chunks: list[list[int]], policy: RingPolicy = POLICY,
-             first_anchors: bool = False) -> tuple[Conversation, Conversation, list[str]]:
-    """Ingest `chunks` (one ingest call each) on numpy and on `backend`."""
+             first_anchors: bool = False, grids: list | None = None,
+             ) -> tuple[Conversation, Conversation, list[str]]:
+    """Ingest `chunks` (one ingest call each) on numpy and on `backend`; returns the shaders
+    recorded (and their workgroups in `grids`, if given)."""
     ref = Conversation(model, policy)
     vk = Conversation(model, policy, backend=backend)
-    seen = watch_shaders(vk)
+    seen = watch_dispatches(vk)
     for i, ids in enumerate(chunks):
         anchors = first_anchors and i == 0
         ref.ingest(ids, anchors=anchors)
         vk.ingest(ids, anchors=anchors)
-    return vk, ref, seen
+    if grids is not None:
+        grids.extend(seen)
+    return vk, ref, [shader for shader, _ in seen]
 
 
 @pytest.mark.parametrize("qtype", [QT.F32, QT.F16, QT.Q8_0, QT.Q4_0, QT.Q4_1])
@@ -155,6 +160,29 @@ def test_gpu_products_both_kinds(tmp_path_factory, vk_gpu, coopmat) -> None:
         vk_gpu.tuning = saved
     assert ("matmul_coopmat" in seen) == coopmat and ("matmul_tiled" in seen) != coopmat
     assert_same_state(vk, ref, len(ids))
+
+
+@pytest.mark.parametrize("queries,splits", [(16, 1), (8, 3), (4, 16)])
+def test_attention_query_tiles_and_slot_runs(tmp_path_factory, vk_gpu, queries, splits) -> None:
+    """prefill_queries and prefill_splits: one workgroup per query tile (splits 1), or runs of
+    slots folded by the last to finish (3 runs of 96 slots, or up to 8 of 32, at 232 live
+    slots), through eviction and grouped heads; salience must stay numpy's."""
+    model = tiny(tmp_path_factory, QT.Q8_0, d_model=96, n_heads=3, n_kv_heads=1, ffn_dim=96,
+                 seed=5)
+    policy = RingPolicy(max_slots=232, recent_window=8, evict_batch=16, prefill_chunk=64)
+    vocab = model.config.vocab_size
+    chunks = [prompt(n, 30 + n, vocab) for n in (64, 61, 64, 41, 64, 37)]  # 331 tokens
+    saved, grids = vk_gpu.tuning, []
+    vk_gpu.tuning = replace(GPU, prefill_queries=queries, prefill_splits=splits)
+    try:
+        vk, ref, _ = run_pair(model, vk_gpu, chunks, policy=policy, grids=grids)
+    finally:
+        vk_gpu.tuning = saved
+    assert ref.ring.evicted > 0
+    # Every chunk is a 64-token bucket: 3 heads x query tiles x runs.
+    attention = {groups for shader, groups in grids if shader == "attention_prefill"}
+    assert attention == {(3, 64 // queries, splits)}
+    assert_same_state(vk, ref, ref.ring.n_active)
 
 
 def test_routing() -> None:

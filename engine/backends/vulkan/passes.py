@@ -42,6 +42,7 @@ class PassRecorder:
             "COS_OFF": weights.cos_off, "SIN_OFF": weights.sin_off, "NL": cfg.n_layers,
             "V": cfg.vocab_size, "SPLIT_SLOTS": tuning.split_slots,
             "MAX_SPLITS": tuning.max_splits, "PV_TILE": int(tuning.pv_tile),
+            "PREFILL_SPLITS": tuning.prefill_splits,
         }
         self.dispatches = 0
 
@@ -70,7 +71,8 @@ class PassRecorder:
         v.vkEndCommandBuffer(cb)
         return self.dispatches
 
-    def _dispatch(self, shader: str, spec: dict, groups: tuple[int, int], **push: int) -> None:
+    def _dispatch(self, shader: str, spec: dict, groups: tuple[int, ...], **push: int) -> None:
+        """groups: workgroups along x, y and (optionally) z."""
         v, ffi = self.v, self.pipes.ctx.ffi
         pipeline = self.pipes.get(shader, {**self.common, **spec})
         v.vkCmdBindPipeline(self.cb, v.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline)
@@ -79,7 +81,8 @@ class PassRecorder:
         words = ffi.new(f"uint32_t[{PUSH_WORDS}]", [push.get(f, 0) for f in fields])
         v.vkCmdPushConstants(self.cb, self.pipes.layout, v.VK_SHADER_STAGE_COMPUTE_BIT, 0,
                              4 * PUSH_WORDS, words)
-        v.vkCmdDispatch(self.cb, max(1, groups[0]), max(1, groups[1]), 1)
+        x, y, z = (*groups, 1)[:3]
+        v.vkCmdDispatch(self.cb, max(1, x), max(1, y), max(1, z))
         self.dispatches += 1
 
     def _barrier(self, dst_access: int | None = None, dst_stage: int | None = None) -> None:

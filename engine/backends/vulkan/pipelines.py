@@ -20,7 +20,7 @@ SPEC_IDS = {
     "WG": 0, "R": 1, "T": 2, "SPLIT": 3, "QTYPE": 4, "MODE": 5, "NORM": 6, "K": 7, "M": 8,
     "D": 9, "HD": 10, "NH": 11, "NKV": 12, "F": 13, "S": 14, "PROWS": 15, "EPS": 16,
     "COS_OFF": 17, "SIN_OFF": 18, "NL": 19, "V": 20,
-    "SPLIT_SLOTS": 21, "MAX_SPLITS": 22, "PV_TILE": 23,  # shaders/split.glsl
+    "SPLIT_SLOTS": 21, "MAX_SPLITS": 22, "PV_TILE": 23, "PREFILL_SPLITS": 24,  # split.glsl
 }
 FLOAT_SPECS = frozenset({"EPS"})
 PUSH_WORDS = 10  # uint fields of common.glsl's Push block

@@ -20,8 +20,7 @@ if TYPE_CHECKING:
 TILE_ROWS = 64  # weight rows per product tile (gate|up: 32 gate rows and their 32 up rows)
 COOPMAT_TOKENS = 64  # tokens per cooperative-matrix tile (the shader's 2 x 2 subgroup layout)
 COOPMAT_SUBGROUPS = 4
-ATTN_QUERIES = 16  # queries per attention_prefill workgroup
-ATTN_WG = 128  # a multiple of its 32-slot tiles; 16 x 32 scores are 4 per invocation
+ATTN_WG = 128  # a multiple of its 32-slot tiles; Tuning.prefill_queries x 32 scores: 1-4 each
 MASS_SLOTS, MASS_WG = 32, 256  # mass_prefill: 32 slots a workgroup, 8 invocations a slot
 
 
@@ -35,6 +34,11 @@ def product_tile(t: Tuning, bucket: int, coopmat: bool, subgroup: int) -> tuple[
         return "matmul_coopmat", COOPMAT_TOKENS, COOPMAT_SUBGROUPS * subgroup
     tokens = 64 if bucket >= 64 else 32 if bucket >= 32 else 16
     return "matmul_tiled", tokens, (TILE_ROWS // 4) * (tokens // 4)  # 4 x 4 outputs each
+
+
+def attention_tiles(t: Tuning, bucket: int) -> int:
+    """Query tiles of attention_prefill over `bucket` tokens (one fold counter each, per head)."""
+    return ceil_div(bucket, t.prefill_queries)
 
 
 def record_product(rec: PassRecorder, shape: PassShape, mode: int, m: Matrix, *,
@@ -58,11 +62,14 @@ def record_product(rec: PassRecorder, shape: PassShape, mode: int, m: Matrix, *,
 
 def record_attention(rec: PassRecorder, shape: PassShape, *, in_off: int, out_off: int,
                      layer: int) -> bool:
-    """Record the chunk's causal attention in query tiles; False if not tiled."""
-    if not tiled(rec.t, shape):
+    """Record the chunk's causal attention in query tiles (and runs of slots, up to
+    Tuning.prefill_splits per tile; the shader skips those past a tile's slots); False if not
+    tiled."""
+    t = rec.t
+    if not tiled(t, shape):
         return False
-    groups = (rec.cfg.n_heads, ceil_div(shape.bucket, ATTN_QUERIES))
-    rec._dispatch("attention_prefill", {"WG": ATTN_WG, "T": ATTN_QUERIES}, groups,
+    groups = (rec.cfg.n_heads, attention_tiles(t, shape.bucket), t.prefill_splits)
+    rec._dispatch("attention_prefill", {"WG": ATTN_WG, "T": t.prefill_queries}, groups,
                   in_off=in_off, out_off=out_off, layer=layer, p_row0=0)
     return True
 

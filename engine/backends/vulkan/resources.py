@@ -25,6 +25,8 @@ from .buffers import (
 )
 from .options import current as current_options
 from .pipelines import BINDINGS, TEXEL, Pipelines
+from .prefill import attention_tiles
+from .tuning import Tuning
 from .upload import fill_zero
 from .weights import DeviceWeights
 
@@ -52,7 +54,7 @@ class ActLayout:
 class ConversationResources:
     def __init__(self, pipes: Pipelines, weights: DeviceWeights, cfg: ModelConfig,
                  arena: StateArena, arena_buf: DeviceBuffer, cmax: int, prows: int,
-                 max_splits: int):
+                 tuning: Tuning):
         ctx = pipes.ctx
         self.ctx, self.cmax, self.prows = ctx, cmax, prows
         slots = arena.layout["mass"].shape[0]
@@ -60,14 +62,19 @@ class ConversationResources:
         self.act = device_buffer(ctx, 4 * self.act_layout.floats, "act")  # [floats] f32
         # [prows, slots] unnormalised probabilities, then [prows] their 1/sum.
         self.probs = device_buffer(ctx, 4 * (prows * slots + prows), "probs")
-        # Split decode attention's partials, laid out by shaders/split.glsl: mass factors
+        # Split attention's partials, laid out by shaders/split.glsl. Decode: mass factors
         # [n_layers * n_heads, max_splits], then per query head the splits' max and sum
         # [n_heads, max_splits] each and unnormalised outputs [n_heads, max_splits, head_dim].
-        nh = cfg.n_heads
-        split_floats = max_splits * nh * (cfg.n_layers + 2 + cfg.head_dim)
+        # Prefill (runs of slots): factors, maxima and sums [prows, prefill_splits] each, then
+        # outputs [prows, prefill_splits, head_dim]. One pass uses the buffer at a time.
+        nh, runs = cfg.n_heads, tuning.prefill_splits
+        split_floats = max(tuning.max_splits * nh * (cfg.n_layers + 2 + cfg.head_dim),
+                           prows * runs * (3 + cfg.head_dim) if runs > 1 else 0)
         self.splits = device_buffer(ctx, 4 * split_floats, "splits")
-        # [n_kv_heads] uint32 splits done; the last split of a head resets its count to 0.
-        self.counters = device_buffer(ctx, 4 * cfg.n_kv_heads, "counters")
+        # uint32 runs done, [n_kv_heads] for decode, [n_heads, query tiles] for prefill; the
+        # last run to finish resets its count to 0.
+        counters = max(cfg.n_kv_heads, nh * attention_tiles(tuning, cmax))
+        self.counters = device_buffer(ctx, 4 * counters, "counters")
         fill_zero(ctx, self.counters)
         self.params = host_buffer(ctx, 4 * (PARAM_WORDS + cmax), "params")
         self.header = self.params.array[: 4 * PARAM_WORDS].view(np.uint32)  # [8] uint32

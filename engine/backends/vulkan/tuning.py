@@ -32,6 +32,11 @@ class Tuning:
     mass_split: int = 1  # invocations summing one slot's mass (SPLIT of shaders/mass.comp)
     tiled_from: int = 0  # prefill buckets this large use the tiled shaders (0: never)
     coopmat: bool = False  # tiled products on cooperative matrices where the device has them
+    # Tiled prefill attention (shaders/attention_prefill.comp): queries per workgroup (4, 8 or
+    # 16), and at most how many workgroups share one query tile's slots (1: a workgroup walks
+    # them all; more: runs of slots, folded by the last run to finish, see split.glsl).
+    prefill_queries: int = 16
+    prefill_splits: int = 1
 
     @property
     def rows_per_group(self) -> int:
@@ -50,9 +55,11 @@ CPU = Tuning(wg=32, rows=8, split=1, max_tokens=4, prefill_chunk=128, small_wg=3
 # the numpy backend shares, since salience is committed per chunk.
 # Decode attention: 16-slot splits give a 2000-slot context 125 splits per K/V head (375
 # workgroups for SmolLM2's 3 heads: ~3 per SM of an H200) while 16 tokens stay one split.
+# Prefill attention: a 256-token chunk is 9 heads x 16 query tiles = 144 workgroups; runs of
+# slots make that up to 16 x more at long contexts (a 2048-slot chunk: 128-slot runs).
 GPU = Tuning(wg=128, rows=2, split=16, max_tokens=4, prefill_chunk=256, small_wg=128,
              split_slots=16, max_splits=128, pv_tile=True, mass_split=4,
-             tiled_from=16, coopmat=True)
+             tiled_from=16, coopmat=True, prefill_splits=16)
 
 
 def tuning_for(ctx: Context) -> Tuning:
