@@ -68,7 +68,21 @@ def vk_backend():
     return make_vk_backend(os.environ.get("CHANNEL_VULKAN_TUNING"))
 
 
+@pytest.fixture(scope="module")
+def backend_with():
+    """make(tuning) -> a Vulkan backend forced to that Tuning (lavapipe in CI); skips without
+    a device. Each call makes its own backend, so tests never share a swapped tuning."""
+
+    def make(tuning):
+        backend = make_vk_backend(None)
+        backend.tuning = tuning
+        return backend
+
+    return make
+
+
 def make_vk_backend(tuning: str | None):
+    """The Vulkan backend with options.tuning = `tuning` ("gpu", "cpu" or None: by device)."""
     from engine.backends.vulkan import options, probe
 
     info = probe()

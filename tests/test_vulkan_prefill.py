@@ -22,7 +22,6 @@ from engine.model.config import RingPolicy
 from engine.state.conversation import Conversation
 from engine.state.sampler import SamplingSettings
 
-from .conftest import make_vk_backend
 from .parity import tiny
 
 ATOL = 5e-5  # as tests/test_vulkan_parity.py
@@ -31,9 +30,9 @@ POLICY = RingPolicy(max_slots=256, recent_window=8, evict_batch=4, prefill_chunk
 
 
 @pytest.fixture(scope="module")
-def vk_gpu():
+def vk_gpu(backend_with):
     """The Vulkan backend with the GPU's shapes, whatever the device."""
-    return make_vk_backend("gpu")
+    return backend_with(GPU)
 
 
 def prompt(n: int, seed: int, vocab: int) -> list[int]:
@@ -146,24 +145,20 @@ def test_greedy_reply_after_tiled_prefill_is_numpys(tmp_path_factory, vk_gpu) ->
 
 
 @pytest.mark.parametrize("coopmat", [True, False], ids=["coopmat", "shared-tiles"])
-def test_gpu_products_both_kinds(tmp_path_factory, vk_gpu, coopmat) -> None:
+def test_gpu_products_both_kinds(tmp_path_factory, vk_gpu, backend_with, coopmat) -> None:
     """On a device with cooperative matrices: both product shaders against numpy."""
     if coopmat and not vk_gpu.ctx.coopmat:
         pytest.skip("this Vulkan device has no 16x16x16 f16 cooperative matrices")
     model = tiny(tmp_path_factory, QT.Q4_1, tied=False, seed=13)
     ids = prompt(200, 8, model.config.vocab_size)
-    saved = vk_gpu.tuning
-    vk_gpu.tuning = replace(GPU, coopmat=coopmat)
-    try:
-        vk, ref, seen = run_pair(model, vk_gpu, [ids])
-    finally:
-        vk_gpu.tuning = saved
+    vk, ref, seen = run_pair(model, backend_with(replace(GPU, coopmat=coopmat)), [ids])
     assert ("matmul_coopmat" in seen) == coopmat and ("matmul_tiled" in seen) != coopmat
     assert_same_state(vk, ref, len(ids))
 
 
 @pytest.mark.parametrize("queries,splits", [(16, 1), (8, 3), (4, 16)])
-def test_attention_query_tiles_and_slot_runs(tmp_path_factory, vk_gpu, queries, splits) -> None:
+def test_attention_query_tiles_and_slot_runs(tmp_path_factory, backend_with, queries,
+                                             splits) -> None:
     """prefill_queries and prefill_splits: one workgroup per query tile (splits 1), or runs of
     slots folded by the last to finish (3 runs of 96 slots, or up to 8 of 32, at 232 live
     slots), through eviction and grouped heads; salience must stay numpy's."""
@@ -172,12 +167,8 @@ def test_attention_query_tiles_and_slot_runs(tmp_path_factory, vk_gpu, queries, 
     policy = RingPolicy(max_slots=232, recent_window=8, evict_batch=16, prefill_chunk=64)
     vocab = model.config.vocab_size
     chunks = [prompt(n, 30 + n, vocab) for n in (64, 61, 64, 41, 64, 37)]  # 331 tokens
-    saved, grids = vk_gpu.tuning, []
-    vk_gpu.tuning = replace(GPU, prefill_queries=queries, prefill_splits=splits)
-    try:
-        vk, ref, _ = run_pair(model, vk_gpu, chunks, policy=policy, grids=grids)
-    finally:
-        vk_gpu.tuning = saved
+    backend, grids = backend_with(replace(GPU, prefill_queries=queries, prefill_splits=splits)), []
+    vk, ref, _ = run_pair(model, backend, chunks, policy=policy, grids=grids)
     assert ref.ring.evicted > 0
     # Every chunk is a 64-token bucket: 3 heads x query tiles x runs.
     attention = {groups for shader, groups in grids if shader == "attention_prefill"}

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 
-from engine.backends.vulkan.tuning import CPU, GPU, Tuning, split_runs
+from engine.backends.vulkan.tuning import CPU, GPU, split_runs
 from engine.model.config import RingPolicy
 from engine.state.conversation import Conversation
 from engine.state.sampler import SamplingSettings
@@ -35,24 +35,6 @@ TUNINGS = {
 }
 # (name, TinySpec fields): G = 2 query heads per K/V head of 16 dims, and SmolLM2's G = 3 of 64.
 SHAPES = {"hd16": {}, "hd64-g3": {"d_model": 192, "n_heads": 3, "n_kv_heads": 1}}
-
-
-@pytest.fixture(scope="module")
-def backend_with():
-    """A Vulkan backend forced to a tuning (lavapipe in CI); skips without a device."""
-    from engine.backends.vulkan import probe
-
-    info = probe()
-    if isinstance(info, str):
-        pytest.skip(info)
-    from engine.backends.vulkan.backend import VulkanBackend
-
-    def make(tuning: Tuning) -> VulkanBackend:
-        backend = VulkanBackend()
-        backend.tuning = tuning
-        return backend
-
-    return make
 
 
 def tokens(count: int, vocab: int, seed: int) -> list[int]:
