@@ -188,3 +188,5 @@ def test_routing() -> None:
     assert product_tile(GPU, 40, False, 32) == ("matmul_tiled", 32, 128)
     assert product_tile(GPU, 16, False, 32) == ("matmul_tiled", 16, 64)
     assert product_tile(replace(GPU, coopmat=False), 64, True, 32)[0] == "matmul_tiled"
+    with pytest.raises(ValueError):  # attention_prefill's invocations own whole score columns
+        replace(GPU, prefill_queries=6)

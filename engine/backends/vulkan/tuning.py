@@ -38,6 +38,12 @@ class Tuning:
     prefill_queries: int = 16
     prefill_splits: int = 1
 
+    def __post_init__(self) -> None:
+        # attention_prefill.comp: its 128 invocations own whole columns of [queries, 32] scores.
+        if self.prefill_queries <= 0 or self.prefill_queries % 4 or self.prefill_splits < 1:
+            raise ValueError(f"prefill_queries must be a multiple of 4 and prefill_splits at "
+                             f"least 1: {self.prefill_queries}, {self.prefill_splits}")
+
     @property
     def rows_per_group(self) -> int:
         return self.rows * (self.wg // self.split)
