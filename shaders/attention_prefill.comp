@@ -14,7 +14,7 @@
 // keeps its probabilities relative to its own row maxima and writes its maxima, sums and
 // unnormalised outputs to `splits`; the last run of the tile to finish (an atomic counter, as
 // in attention_split.comp) folds them into the outputs and the mass factors PF_FAC that
-// mass_prefill multiplies in, so salience stays exact. A tile with one run writes as before.
+// mass.comp multiplies in, so salience stays exact. A tile with one run writes as before.
 // WG must be a multiple of BS, and BQ * BS a multiple of WG.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"

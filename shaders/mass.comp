@@ -1,9 +1,13 @@
 #version 450
 // Attention mass per slot: mass[s] (+)= sum over probability rows r of p[r, s] * f, where f
-// turns the stored p into a softmax probability: the row's 1/sum (flags & 2 == 0: rows come
-// in groups of per_t for one query token t, which saw slots [0, n0 + t] only), or, after split
-// decode attention (flags & 2), the factor of the split that holds slot s (split.glsl).
-// SPLIT invocations share a slot, each summing every SPLIT-th row, and meet in shared memory.
+// turns the stored p into a softmax probability (split.glsl):
+// - prefill: the row's 1/sum, or, after attention split into runs of slots (flags & 8), the
+//   factor of the row's run that holds slot s. Rows come in groups of per_t for one query
+//   token t, which saw slots [0, n0 + t] only: slot s takes rows of tokens t >= s - n0 only;
+// - decode (flags & 2): the factor of the split that holds slot s.
+// SPLIT invocations share a slot, each summing every SPLIT-th row (a prefill chunk has
+// bucket * NH rows: one invocation per slot would walk them all in a chain of dependent
+// loads), and meet in shared memory.
 // flags & 1 adds to mass instead of overwriting it; flags & 4 adds one workgroup, the last,
 // that computes the device argmax of the logits instead (decode's tail, one dispatch).
 #extension GL_GOOGLE_include_directive : require
@@ -36,10 +40,14 @@ void main() {
                 total += probs[row * S + s] * splits[SP_FAC + row * MAX_SPLITS + sp];
             }
         } else {
-            for (uint r = part; r < pc.count; r += SPLIT) {
-                uint row = pc.p_row0 + r, t = r / pc.per_t;
-                // Rows of tokens past this pass's C hold stale numbers from an earlier pass.
-                if (t < prm.C && s <= prm.n0 + t) total += probs[row * S + s] * probs[PROWS * S + row];
+            uint first = s > prm.n0 ? (s - prm.n0) * pc.per_t : 0;  // rows of earlier tokens: no
+            uint rows = min(pc.count, prm.C * pc.per_t);  // rows past C: stale, from a longer pass
+            bool runs = (pc.flags & 8u) != 0u;
+            uint run = runs ? s / prefill_run_len(prm.N) : 0;
+            for (uint r = first + part; r < rows; r += SPLIT) {
+                uint row = pc.p_row0 + r;
+                float f = runs ? splits[PF_FAC + row * PREFILL_SPLITS + run] : probs[PROWS * S + row];
+                total += probs[row * S + s] * f;
             }
         }
     }

@@ -1,5 +1,5 @@
-// Split ("flash-decoding") attention, shared by attention_split.comp and mass.comp (decode) and
-// by attention_prefill.comp and mass_prefill.comp (prefill): the constants and buffers only
+// Split ("flash-decoding") attention, shared by attention_split.comp (decode),
+// attention_prefill.comp (prefill) and mass.comp (both): the constants and buffers only
 // they use (kept out of common.glsl so that every other shader's SPIR-V stays as it is), how
 // live slots are cut into splits, and where each split's partial results live. Include after
 // common.glsl.
@@ -43,14 +43,14 @@ uint split_count(uint n) {
     return (n + len - 1) / len;  // can be fewer than k above: no run is ever empty
 }
 
-// ---- prefill: attention_prefill.comp's runs of slots, read back by mass_prefill.comp -------
+// ---- prefill: attention_prefill.comp's runs of slots, read back by mass.comp ---------------
 // With PREFILL_SPLITS > 1 a chunk's query tile attends its slots in up to that many runs, one
 // workgroup each; the last run of a tile to finish folds them (counters[query head, tile]).
 layout(constant_id = 24) const uint PREFILL_SPLITS = 1;  // most runs per query tile (1: none)
 const uint PF_TILE = 32;  // slots per key/value tile of attention_prefill.comp
 
 // Runs are whole tiles and depend only on the chunk's live count n (prm.N), not on the query
-// tile (which sees fewer slots if earlier), so mass_prefill finds a slot's run from the slot.
+// tile (which sees fewer slots if earlier), so mass.comp finds a slot's run from the slot.
 uint prefill_run_len(uint n) {
     uint tiles = (n + PF_TILE - 1) / PF_TILE;
     return PF_TILE * ((tiles + PREFILL_SPLITS - 1) / PREFILL_SPLITS);

@@ -1,5 +1,5 @@
 """Tiled prefill on the Vulkan backend (matmul_tiled / matmul_coopmat, attention_prefill,
-mass_prefill) against the numpy backend, on tiny random-weight models.
+mass.comp over runs of slots) against the numpy backend, on tiny random-weight models.
 
 The GPU workgroup shapes are forced, so lavapipe runs the shared-memory tiles here; the
 cooperative-matrix products run where the device has them (an NVIDIA GPU) and are skipped
@@ -86,7 +86,7 @@ def test_tiled_prefill_matches_numpy(tmp_path_factory, vk_gpu, qtype) -> None:
     model = tiny(tmp_path_factory, qtype, tied=False, seed=7)
     ids = prompt(149, 1, model.config.vocab_size)  # chunks of 64, 64 and 21
     vk, ref, seen = run_pair(model, vk_gpu, [ids])
-    assert {"attention_prefill", "mass_prefill"} <= set(seen)
+    assert "attention_prefill" in seen
     assert {"matmul_tiled", "matmul_coopmat"} & set(seen)
     assert_same_state(vk, ref, len(ids))
 
@@ -99,7 +99,6 @@ def test_odd_chunks_anchors_then_decode(tmp_path_factory, vk_gpu) -> None:
     chunks = [prompt(n, 10 + n, vocab) for n in (19, 17, 33, 63, 1, 65)]
     vk, ref, seen = run_pair(model, vk_gpu, chunks, first_anchors=True)
     assert "attention_prefill" in seen and "attention" in seen  # 1 token: untiled
-    assert "mass_prefill" in seen and "mass" in seen
     n = sum(map(len, chunks))
     assert vk.ring.n_anchors == ref.ring.n_anchors == 19
     assert_same_state(vk, ref, n)

@@ -137,9 +137,9 @@ class PassRecorder:
                                in_off=a.q, out_off=a.attn, layer=i, p_row0=0)
             self._barrier()
             if not shape.decode:  # runs beside wo: both only read what attention wrote
-                shader, spec, groups = mass_pass(self.t, shape, slots, sw)
-                self._dispatch(shader, spec, groups, p_row0=0,
-                               count=shape.bucket * cfg.n_heads, flags=int(i > 0),
+                spec, groups, runs = mass_pass(self.t, shape, slots, sw)
+                self._dispatch("mass", spec, groups, p_row0=0,
+                               count=shape.bucket * cfg.n_heads, flags=int(i > 0) | runs,
                                per_t=cfg.n_heads)
             self._matmul(shape, MODE_RESID, lw.wo, norm=None, in_off=a.attn, out_off=a.x)
             self._barrier()

@@ -32,8 +32,7 @@ BINDINGS = {0: TEXEL, 1: TEXEL, 2: STORAGE, 3: STORAGE, 4: STORAGE, 5: TEXEL, 6:
             13: STORAGE, 14: STORAGE, 15: TEXEL, 16: TEXEL, 17: STORAGE,
             18: STORAGE, 19: STORAGE}  # 18-19: shaders/split.glsl
 SHADERS = ("matmul", "embed", "attention", "mass", "rmsnorm", "rope_rebase", "argmax",
-           "attention_split", "matmul_tiled", "matmul_coopmat", "attention_prefill",
-           "mass_prefill")
+           "attention_split", "matmul_tiled", "matmul_coopmat", "attention_prefill")
 
 
 class MissingShaderError(FileNotFoundError):

@@ -2,8 +2,9 @@
 
 Matrix products go to matmul_coopmat (cooperative matrices: tensor cores) where the device
 offers them, else to matmul_tiled (shared-memory tiles); attention goes to attention_prefill
-and the per-layer attention mass to mass_prefill. For other pass shapes passes.py records
-matmul.comp, attention.comp and mass.comp (decode: attention_split.comp and the mass tail).
+and the per-layer attention mass to mass.comp with 8 invocations a slot. For other pass
+shapes passes.py records matmul.comp, attention.comp and mass.comp (decode:
+attention_split.comp and the mass tail).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ TILE_ROWS = 64  # weight rows per product tile (gate|up: 32 gate rows and their 
 COOPMAT_TOKENS = 64  # tokens per cooperative-matrix tile (the shader's 2 x 2 subgroup layout)
 COOPMAT_SUBGROUPS = 4
 ATTN_WG = 128  # a multiple of its 32-slot tiles; Tuning.prefill_queries x 32 scores: 1-4 each
-MASS_SLOTS, MASS_WG = 32, 256  # mass_prefill: 32 slots a workgroup, 8 invocations a slot
+MASS_SLOTS, MASS_WG = 32, 256  # tiled chunks' mass.comp: 32 slots a workgroup, 8 rows at once
+MASS_RUNS = 8  # mass.comp flag: rows' factors are per run of slots (attention_prefill's runs)
 
 
 def tiled(t: Tuning, shape: PassShape) -> bool:
@@ -75,8 +77,11 @@ def record_attention(rec: PassRecorder, shape: PassShape, *, in_off: int, out_of
 
 
 def mass_pass(t: Tuning, shape: PassShape, slots: int,
-              small_wg: int) -> tuple[str, dict, tuple[int, int]]:
-    """(shader, specialization, groups) of a prefill layer's attention-mass dispatch."""
+              small_wg: int) -> tuple[dict, tuple[int, int], int]:
+    """(specialization, groups, flags) of a prefill layer's mass.comp dispatch: a tiled chunk's
+    bucket * n_heads rows are summed 8 invocations to a slot, by their runs' factors where
+    attention_prefill split the slots."""
     if tiled(t, shape):
-        return "mass_prefill", {"WG": MASS_WG}, (ceil_div(slots, MASS_SLOTS), 1)
-    return "mass", {"WG": small_wg}, (ceil_div(slots, small_wg), 1)
+        spec = {"WG": MASS_WG, "SPLIT": MASS_WG // MASS_SLOTS}
+        return spec, (ceil_div(slots, MASS_SLOTS), 1), MASS_RUNS * int(t.prefill_splits > 1)
+    return {"WG": small_wg}, (ceil_div(slots, small_wg), 1), 0
