@@ -5,15 +5,15 @@
 // The including shader declares OUT_TILE, a float [BT, BM] shared array, before this file.
 //
 // gate|up: a tile's first BM/2 rows are gate rows, the other BM/2 the matching up rows, so the
-// SiLU epilogue finds both halves in one tile. The prologue (RMSNorm) and the epilogues (q|k|v
-// + RoPE + K/V write, residual add, SiLU) compute what matmul.comp's do.
+// SiLU epilogue finds both halves in one tile. The prologue (RMSNorm) computes what
+// matmul.comp's does; the epilogues are matmul_common.glsl's, as there.
+
+#include "matmul_common.glsl"
 
 const uint BM = R;                                      // weight rows per tile
 const uint BT = T;                                      // tokens per tile
 const uint NB = K / 32;                                 // blocks per weight row
-const uint TPB = QTYPE == QT_F32 ? 8 : (QTYPE == QT_F16 ? 4 : (QTYPE == QT_Q8_0 ? 2 : 1));
 const uint OUT_ROWS = MODE == MODE_GATEUP ? BM / 2 : BM;  // output rows per tile
-const uint MROWS = MODE == MODE_GATEUP ? 2 * M : M;      // weight rows of the matrix
 
 shared float norm_part[4 * BT];  // [BT, 4] partial sums of squares
 shared float norm_inv[BT];       // [BT] RMSNorm scale per token (1 without NORM)
@@ -107,39 +107,12 @@ void epilogue(uint tok0, uint row0) {
         if (MODE == MODE_QKV) {  // a RoPE pair (row, row + 1) per unit
             uint row = row0 + 2 * i;
             if (row >= M) continue;
-            float e = OUT_TILE[t * BM + 2 * i], o = OUT_TILE[t * BM + 2 * i + 1];
-            uint pos = prm.pos0 + tok, slot = prm.n0 + tok;
-            if (row < QD + KVD) {  // RoPE on interleaved pairs, as engine/model/rope.py
-                uint j = (row % HD) / 2;
-                float c = vec[COS_OFF + pos * HALF + j], s = vec[SIN_OFF + pos * HALF + j];
-                float ne = e * c - o * s;
-                o = o * c + e * s;
-                e = ne;
-            }
-            if (row < QD) {
-                act[pc.out_off + tok * QD + row] = e;
-                act[pc.out_off + tok * QD + row + 1] = o;
-            } else if (row < QD + KVD) {
-                uint k = (pc.layer * S + slot) * KVD + row - QD;
-                kc[k] = e;
-                kc[k + 1] = o;
-            } else {
-                uint k = (pc.layer * S + slot) * KVD + row - QD - KVD;
-                vc[k] = e;
-                vc[k + 1] = o;
-            }
-        } else {
+            store_qkv_pair(tok, row, OUT_TILE[t * BM + 2 * i], OUT_TILE[t * BM + 2 * i + 1]);
+        } else {  // never MODE_LOGITS: the logits row takes matmul.comp
             uint row = row0 + i;
             if (row >= M) continue;
-            float y = OUT_TILE[t * BM + i];
-            if (MODE == MODE_STORE) {
-                act[pc.out_off + tok * M + row] = y;
-            } else if (MODE == MODE_RESID) {
-                act[pc.out_off + tok * M + row] += y;
-            } else if (MODE == MODE_GATEUP) {
-                float up = OUT_TILE[t * BM + BM / 2 + i];
-                act[pc.out_off + tok * M + row] = y / (1.0 + exp(-y)) * up;
-            }
+            store_value(tok, row, OUT_TILE[t * BM + i],
+                        MODE == MODE_GATEUP ? OUT_TILE[t * BM + BM / 2 + i] : 0.0);
         }
     }
 }
