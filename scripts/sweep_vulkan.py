@@ -10,7 +10,9 @@ each context is prefilled once, then every combination records its own decode pa
 same ring (backend.make_forward) and rolls the ring back afterwards, so a combination costs
 its decode steps only and every one sees the same context. prefill: every combination ingests
 each prompt once to record its passes, rolls back, then times `repeat` more ingests (median),
-host time included, as docs/vulkan.md's prefill figures.
+host time included, as docs/vulkan.md's prefill figures. On lavapipe the GPU shapes prefill
+the shipped model at ~4.5 tok/s, so a 256-token chunk nears the 60 s fence timeout: try the
+sweep there with `--tuning gpu prefill --prompts 32`.
 """
 
 from __future__ import annotations
