@@ -1,6 +1,7 @@
 // Shared declarations of every Channel compute shader: one descriptor set, one push-constant
 // block and one list of specialization constants, so a single pipeline layout serves them all.
 // A shader declares what it uses; the host passes every constant to every pipeline.
+// Split attention adds constants 21-24 and bindings 18-19 in split.glsl (its shaders only).
 
 #extension GL_EXT_control_flow_attributes : require
 

@@ -1,19 +1,61 @@
 #version 450
-// Attention mass per slot: mass[s] (+)= sum over probability rows r of p[r, s] / sum[r].
-// Rows come in groups of per_t for one query token t, which saw slots [0, n0 + t] only.
+// Attention mass per slot: mass[s] (+)= sum over probability rows r of p[r, s] * f, where f
+// turns the stored p into a softmax probability (split.glsl):
+// - prefill: the row's 1/sum, or, after attention split into runs of slots (flags & 8), the
+//   factor of the row's run that holds slot s. Rows come in groups of per_t for one query
+//   token t, which saw slots [0, n0 + t] only: slot s takes rows of tokens t >= s - n0 only;
+// - decode (flags & 2): the factor of the split that holds slot s.
+// SPLIT invocations share a slot, each summing every SPLIT-th row (a prefill chunk has
+// bucket * NH rows: one invocation per slot would walk them all in a chain of dependent
+// loads), and meet in shared memory.
+// flags & 1 adds to mass instead of overwriting it; flags & 4 adds one workgroup, the last,
+// that computes the device argmax of the logits instead (decode's tail, one dispatch).
 #extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_basic : require
 #include "common.glsl"
+#define SPLIT_READONLY
+#include "split.glsl"
+#include "argmax.glsl"
 
 layout(local_size_x_id = 0) in;
 
+const uint SLOTS = WG / SPLIT;  // slots per workgroup
+
+shared float red[SPLIT > 1 ? WG : 1];  // [SPLIT, SLOTS] partial sums
+
 void main() {
-    uint s = gl_GlobalInvocationID.x;
-    if (s >= prm.N) return;
-    float total = 0.0;
-    for (uint r = 0; r < pc.count; r++) {
-        uint row = pc.p_row0 + r, t = r / pc.per_t;
-        // Rows of tokens past this pass's C hold stale numbers from an earlier, longer pass.
-        if (t < prm.C && s <= prm.n0 + t) total += probs[row * S + s] * probs[PROWS * S + row];
+    if ((pc.flags & 4u) != 0u && gl_WorkGroupID.x == gl_NumWorkGroups.x - 1) {
+        argmax_logits();
+        return;
     }
-    mass[s] = (pc.flags & 1u) != 0u ? mass[s] + total : total;
+    uint lid = gl_LocalInvocationID.x, part = lid / SLOTS;
+    uint s = gl_WorkGroupID.x * SLOTS + lid % SLOTS;
+    float total = 0.0;
+    if (s < prm.N) {
+        if ((pc.flags & 2u) != 0u) {
+            uint sp = s / split_len(prm.N);
+            for (uint r = part; r < pc.count; r += SPLIT) {
+                uint row = pc.p_row0 + r;
+                total += probs[row * S + s] * splits[SP_FAC + row * MAX_SPLITS + sp];
+            }
+        } else {
+            uint first = s > prm.n0 ? (s - prm.n0) * pc.per_t : 0;  // rows of earlier tokens: no
+            uint rows = min(pc.count, prm.C * pc.per_t);  // rows past C: stale, from a longer pass
+            bool runs = (pc.flags & 8u) != 0u;
+            uint run = runs ? s / prefill_run_len(prm.N) : 0;
+            for (uint r = first + part; r < rows; r += SPLIT) {
+                uint row = pc.p_row0 + r;
+                float f = runs ? splits[PF_FAC + row * PREFILL_SPLITS + run] : probs[PROWS * S + row];
+                total += probs[row * S + s] * f;
+            }
+        }
+    }
+    if (SPLIT > 1) {
+        red[lid] = total;
+        barrier();
+        if (part != 0) return;
+        for (uint k = 1; k < SPLIT; k++) total += red[k * SLOTS + lid];
+    }
+    if (s < prm.N) mass[s] = (pc.flags & 1u) != 0u ? mass[s] + total : total;
 }

@@ -6,15 +6,14 @@
 // lane, a texel fetch one vector load. Optional RMSNorm of the inputs; epilogue by MODE.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
+#include "matmul_common.glsl"
 
 layout(local_size_x_id = 0) in;
 
 const uint NB = K / 32;                        // blocks per weight row
 const uint KV4 = K / 4;                        // texels per input row
-const uint TPB = QTYPE == QT_F32 ? 8 : (QTYPE == QT_F16 ? 4 : (QTYPE == QT_Q8_0 ? 2 : 1));
 const uint GROUPS = WG / SPLIT;                // row groups per workgroup
 const uint NR = MODE == MODE_GATEUP ? 2 * R : R;  // weight rows per row group
-const uint MROWS = MODE == MODE_GATEUP ? 2 * M : M;
 const bool OFFSET = QTYPE == QT_Q4_1 || QTYPE == QT_Q4_0;  // blocks carry an additive m
 
 shared float red[SPLIT > 1 ? WG * NR * T : 1];  // [WG, NR, T] partial dots when SPLIT > 1
@@ -92,46 +91,17 @@ void main() {
         uint tok = tok0 + t;
         if (tok >= C) break;
         if (MODE == MODE_QKV) {
-            uint pos = prm.pos0 + tok, slot = prm.n0 + tok;
             [[unroll]] for (uint r = 0; r < R; r += 2) {
                 uint row = row0 + r;
                 if (row >= M) break;
-                float e = acc[r * T + t], o = acc[(r + 1) * T + t];
-                if (row < QD + KVD) {  // RoPE on interleaved pairs, as engine/model/rope.py
-                    uint j = (row % HD) / 2;
-                    float c = vec[COS_OFF + pos * HALF + j], s = vec[SIN_OFF + pos * HALF + j];
-                    float ne = e * c - o * s;
-                    o = o * c + e * s;
-                    e = ne;
-                }
-                if (row < QD) {
-                    act[pc.out_off + tok * QD + row] = e;
-                    act[pc.out_off + tok * QD + row + 1] = o;
-                } else if (row < QD + KVD) {
-                    uint k = (pc.layer * S + slot) * KVD + row - QD;
-                    kc[k] = e;
-                    kc[k + 1] = o;
-                } else {
-                    uint k = (pc.layer * S + slot) * KVD + row - QD - KVD;
-                    vc[k] = e;
-                    vc[k + 1] = o;
-                }
+                store_qkv_pair(tok, row, acc[r * T + t], acc[(r + 1) * T + t]);
             }
         } else {
             [[unroll]] for (uint r = 0; r < R; r++) {
                 uint row = row0 + r;
                 if (row >= M) break;
-                float y = acc[r * T + t];
-                if (MODE == MODE_STORE) {
-                    act[pc.out_off + tok * M + row] = y;
-                } else if (MODE == MODE_RESID) {
-                    act[pc.out_off + tok * M + row] += y;
-                } else if (MODE == MODE_GATEUP) {
-                    float up = acc[(R + r) * T + t];
-                    act[pc.out_off + tok * M + row] = y / (1.0 + exp(-y)) * up;
-                } else {
-                    logits[row] = y;
-                }
+                store_value(tok, row, acc[r * T + t],
+                            MODE == MODE_GATEUP ? acc[(R + r) * T + t] : 0.0);
             }
         }
     }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -60,15 +62,40 @@ def tiny_spec() -> TinySpec:
 
 @pytest.fixture(scope="module")
 def vk_backend():
-    """The Vulkan backend on whatever device exists (lavapipe in CI); skips without one."""
-    from engine.backends.vulkan import probe
+    """The Vulkan backend on whatever device exists (lavapipe in CI); skips without one.
+    CHANNEL_VULKAN_TUNING=gpu|cpu forces its workgroup shapes (gpu runs the GPU's, tiled
+    prefill included, on lavapipe)."""
+    return make_vk_backend(os.environ.get("CHANNEL_VULKAN_TUNING"))
+
+
+@pytest.fixture(scope="module")
+def backend_with():
+    """make(tuning) -> a Vulkan backend forced to that Tuning (lavapipe in CI); skips without
+    a device. Each call makes its own backend, so tests never share a swapped tuning."""
+
+    def make(tuning):
+        backend = make_vk_backend(None)
+        backend.tuning = tuning
+        return backend
+
+    return make
+
+
+def make_vk_backend(tuning: str | None):
+    """The Vulkan backend with options.tuning = `tuning` ("gpu", "cpu" or None: by device)."""
+    from engine.backends.vulkan import options, probe
 
     info = probe()
     if isinstance(info, str):
         pytest.skip(info)
     from engine.backends.vulkan.backend import VulkanBackend
 
-    return VulkanBackend()
+    before = options.current()
+    options.configure(replace(before, tuning=tuning))
+    try:
+        return VulkanBackend()
+    finally:
+        options.configure(before)
 
 
 @pytest.fixture

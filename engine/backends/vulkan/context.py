@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from .coopmat import probe_coopmat
 from .loader import DEVICE_TYPES, DeviceInfo, VulkanUnavailableError, vk
 from .options import current as current_options
 
@@ -84,13 +85,17 @@ class Context:
         # pages as the arena keeps untouched K/V planes out of RSS, as np.zeros does for numpy.
         self.host_import = self.device_type == 4 and HOST_IMPORT_EXT in available
         extensions = [HOST_IMPORT_EXT] if self.host_import else []
-        self.device = v.vkCreateDevice(
-            self.physical,
-            v.VkDeviceCreateInfo(queueCreateInfoCount=1, pQueueCreateInfos=[queue_info],
-                                 enabledExtensionCount=len(extensions),
-                                 ppEnabledExtensionNames=extensions),
-            None,
-        )
+        # Cooperative matrices (tensor cores) for prefill's matrix products, where offered.
+        coopmat = probe_coopmat(v, self.instance, self.physical, available, api)
+        self.coopmat = coopmat is not None
+        if coopmat is not None:
+            extensions += coopmat.extensions
+        create = v.VkDeviceCreateInfo(queueCreateInfoCount=1, pQueueCreateInfos=[queue_info],
+                                      enabledExtensionCount=len(extensions),
+                                      ppEnabledExtensionNames=extensions)
+        if coopmat is not None:
+            create.pNext = coopmat.chain
+        self.device = v.vkCreateDevice(self.physical, create, None)
         self.queue = v.vkGetDeviceQueue(self.device, self.queue_family, 0)
         self.pool = v.vkCreateCommandPool(self.device, v.VkCommandPoolCreateInfo(
             flags=v.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,

@@ -42,7 +42,7 @@ class VulkanForward:
         # every token of a prefill chunk.
         prows = max(cfg.n_layers * cfg.n_heads, cfg.n_heads * self.chunk)
         self.res = ConversationResources(pipes, weights, cfg, ring.arena, arena_buf,
-                                         self.chunk, prows)
+                                         self.chunk, prows, tuning)
         self.recorder = PassRecorder(pipes, weights, self.res, cfg, ring.policy.max_slots, tuning)
         self._passes: dict[PassShape, Submission] = {}
         self._staging: DeviceBuffer | None = None

@@ -3,7 +3,9 @@
 A recorded pass reads everything that changes per step (token ids, slot, position, count) from
 the small parameter buffer, so decode needs one command buffer and prefill one per chunk-size
 bucket. Dispatches are separated by global memory barriers; per layer decode costs five:
-norm+qkv+RoPE+K/V write, attention, wo+residual, norm+gate|up+SiLU, down+residual.
+norm+qkv+RoPE+K/V write, split attention (its partials folded in the same dispatch),
+wo+residual, norm+gate|up+SiLU, down+residual; then logits and one tail dispatch that computes
+every layer's attention mass and the device argmax.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from ...model.config import ModelConfig
 from ...state.layout import ceil_div
 from .pipelines import PUSH_WORDS, Pipelines
+from .prefill import mass_pass, record_attention, record_product
 from .resources import ConversationResources
 from .tuning import Tuning, matmul_tokens
 from .weights import DeviceWeights, Matrix
@@ -37,7 +40,9 @@ class PassRecorder:
             "D": cfg.d_model, "HD": cfg.head_dim, "NH": cfg.n_heads, "NKV": cfg.n_kv_heads,
             "F": cfg.ffn_dim, "S": slots, "PROWS": res.prows, "EPS": cfg.rms_eps,
             "COS_OFF": weights.cos_off, "SIN_OFF": weights.sin_off, "NL": cfg.n_layers,
-            "V": cfg.vocab_size,
+            "V": cfg.vocab_size, "SPLIT_SLOTS": tuning.split_slots,
+            "MAX_SPLITS": tuning.max_splits, "PV_TILE": int(tuning.pv_tile),
+            "PREFILL_SPLITS": tuning.prefill_splits,
         }
         self.dispatches = 0
 
@@ -66,7 +71,8 @@ class PassRecorder:
         v.vkEndCommandBuffer(cb)
         return self.dispatches
 
-    def _dispatch(self, shader: str, spec: dict, groups: tuple[int, int], **push: int) -> None:
+    def _dispatch(self, shader: str, spec: dict, groups: tuple[int, ...], **push: int) -> None:
+        """groups: workgroups along x, y and (optionally) z."""
         v, ffi = self.v, self.pipes.ctx.ffi
         pipeline = self.pipes.get(shader, {**self.common, **spec})
         v.vkCmdBindPipeline(self.cb, v.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline)
@@ -75,7 +81,8 @@ class PassRecorder:
         words = ffi.new(f"uint32_t[{PUSH_WORDS}]", [push.get(f, 0) for f in fields])
         v.vkCmdPushConstants(self.cb, self.pipes.layout, v.VK_SHADER_STAGE_COMPUTE_BIT, 0,
                              4 * PUSH_WORDS, words)
-        v.vkCmdDispatch(self.cb, max(1, groups[0]), max(1, groups[1]), 1)
+        x, y, z = (*groups, 1)[:3]
+        v.vkCmdDispatch(self.cb, max(1, x), max(1, y), max(1, z))
         self.dispatches += 1
 
     def _barrier(self, dst_access: int | None = None, dst_stage: int | None = None) -> None:
@@ -94,6 +101,10 @@ class PassRecorder:
                 in_off: int, out_off: int, layer: int = 0) -> None:
         t = self.t
         gate_up = mode == MODE_GATEUP
+        if mode != MODE_LOGITS and record_product(self, shape, mode, m, gate_up=gate_up,
+                                                  norm=norm, in_off=in_off, out_off=out_off,
+                                                  layer=layer):
+            return
         rows = m.rows // 2 if gate_up else m.rows
         tokens = 1 if mode == MODE_LOGITS else matmul_tokens(
             t, gate_up, self.pipes.ctx.limits.max_shared_bytes, shape.decode)
@@ -116,14 +127,19 @@ class PassRecorder:
             self._matmul(shape, MODE_QKV, lw.qkv, norm=lw.attn_norm, in_off=a.x, out_off=a.q,
                          layer=i)
             self._barrier()
-            p_row0 = i * cfg.n_heads if shape.decode else 0
-            self._dispatch("attention", {"WG": self.pipes.ctx.subgroup_size},
-                           (cfg.n_kv_heads, shape.bucket),
-                           in_off=a.q, out_off=a.attn, layer=i, p_row0=p_row0)
+            if shape.decode:  # split over the live slots; the shader picks the split count
+                self._dispatch("attention_split", {"WG": self.pipes.ctx.subgroup_size},
+                               (self.t.max_splits, cfg.n_kv_heads),
+                               in_off=a.q, out_off=a.attn, layer=i, p_row0=i * cfg.n_heads)
+            elif not record_attention(self, shape, in_off=a.q, out_off=a.attn, layer=i):
+                self._dispatch("attention", {"WG": self.pipes.ctx.subgroup_size},
+                               (cfg.n_kv_heads, shape.bucket),
+                               in_off=a.q, out_off=a.attn, layer=i, p_row0=0)
             self._barrier()
             if not shape.decode:  # runs beside wo: both only read what attention wrote
-                self._dispatch("mass", {"WG": sw}, (ceil_div(slots, sw), 1), p_row0=0,
-                               count=shape.bucket * cfg.n_heads, flags=int(i > 0),
+                spec, groups, runs = mass_pass(self.t, shape, slots, sw)
+                self._dispatch("mass", spec, groups, p_row0=0,
+                               count=shape.bucket * cfg.n_heads, flags=int(i > 0) | runs,
                                per_t=cfg.n_heads)
             self._matmul(shape, MODE_RESID, lw.wo, norm=None, in_off=a.attn, out_off=a.x)
             self._barrier()
@@ -132,10 +148,6 @@ class PassRecorder:
             self._barrier()
             self._matmul(shape, MODE_RESID, lw.down, norm=None, in_off=a.ffn, out_off=a.x)
             self._barrier()
-        if shape.decode:
-            rows = cfg.n_layers * cfg.n_heads
-            self._dispatch("mass", {"WG": sw}, (ceil_div(slots, sw), 1), p_row0=0, count=rows,
-                           flags=0, per_t=rows)
         if shape.hidden:
             self._dispatch("rmsnorm", {"WG": sw}, (shape.bucket, 1), in_off=a.x,
                            norm_off=w.output_norm)
@@ -143,5 +155,13 @@ class PassRecorder:
             self._matmul(shape, MODE_LOGITS, w.output, norm=w.output_norm, in_off=a.x,
                          out_off=0)
             self._barrier()
+        if shape.decode:
+            # Every layer's mass from its split factors (2), and the greedy argmax in one more
+            # workgroup (4): the tail of the step is one dispatch.
+            rows, per_wg = cfg.n_layers * cfg.n_heads, sw // self.t.mass_split
+            self._dispatch("mass", {"WG": sw, "SPLIT": self.t.mass_split},
+                           (ceil_div(slots, per_wg) + int(shape.logits), 1), p_row0=0,
+                           count=rows, flags=2 | 4 * int(shape.logits), per_t=rows)
+        elif shape.logits:
             # Greedy support: a few microseconds, so every logits pass carries it.
             self._dispatch("argmax", {"WG": self.pipes.ctx.subgroup_size}, (1, 1))

@@ -20,6 +20,7 @@ SPEC_IDS = {
     "WG": 0, "R": 1, "T": 2, "SPLIT": 3, "QTYPE": 4, "MODE": 5, "NORM": 6, "K": 7, "M": 8,
     "D": 9, "HD": 10, "NH": 11, "NKV": 12, "F": 13, "S": 14, "PROWS": 15, "EPS": 16,
     "COS_OFF": 17, "SIN_OFF": 18, "NL": 19, "V": 20,
+    "SPLIT_SLOTS": 21, "MAX_SPLITS": 22, "PV_TILE": 23, "PREFILL_SPLITS": 24,  # split.glsl
 }
 FLOAT_SPECS = frozenset({"EPS"})
 PUSH_WORDS = 10  # uint fields of common.glsl's Push block
@@ -28,8 +29,10 @@ PUSH_WORDS = 10  # uint fields of common.glsl's Push block
 TEXEL, STORAGE = 0, 1
 BINDINGS = {0: TEXEL, 1: TEXEL, 2: STORAGE, 3: STORAGE, 4: STORAGE, 5: TEXEL, 6: STORAGE,
             7: TEXEL, 8: STORAGE, 9: STORAGE, 10: STORAGE, 11: STORAGE, 12: STORAGE,
-            13: STORAGE, 14: STORAGE, 15: TEXEL, 16: TEXEL, 17: STORAGE}
-SHADERS = ("matmul", "embed", "attention", "mass", "rmsnorm", "rope_rebase", "argmax")
+            13: STORAGE, 14: STORAGE, 15: TEXEL, 16: TEXEL, 17: STORAGE,
+            18: STORAGE, 19: STORAGE}  # 18-19: shaders/split.glsl
+SHADERS = ("matmul", "embed", "attention", "mass", "rmsnorm", "rope_rebase", "argmax",
+           "attention_split", "matmul_tiled", "matmul_coopmat", "attention_prefill")
 
 
 class MissingShaderError(FileNotFoundError):

@@ -25,6 +25,9 @@ from .buffers import (
 )
 from .options import current as current_options
 from .pipelines import BINDINGS, TEXEL, Pipelines
+from .prefill import attention_tiles
+from .tuning import Tuning
+from .upload import fill_zero
 from .weights import DeviceWeights
 
 PARAM_WORDS = 8  # C, n0, pos0, N and padding, before the token ids (common.glsl Params)
@@ -50,7 +53,8 @@ class ActLayout:
 
 class ConversationResources:
     def __init__(self, pipes: Pipelines, weights: DeviceWeights, cfg: ModelConfig,
-                 arena: StateArena, arena_buf: DeviceBuffer, cmax: int, prows: int):
+                 arena: StateArena, arena_buf: DeviceBuffer, cmax: int, prows: int,
+                 tuning: Tuning):
         ctx = pipes.ctx
         self.ctx, self.cmax, self.prows = ctx, cmax, prows
         slots = arena.layout["mass"].shape[0]
@@ -58,6 +62,20 @@ class ConversationResources:
         self.act = device_buffer(ctx, 4 * self.act_layout.floats, "act")  # [floats] f32
         # [prows, slots] unnormalised probabilities, then [prows] their 1/sum.
         self.probs = device_buffer(ctx, 4 * (prows * slots + prows), "probs")
+        # Split attention's partials, laid out by shaders/split.glsl. Decode: mass factors
+        # [n_layers * n_heads, max_splits], then per query head the splits' max and sum
+        # [n_heads, max_splits] each and unnormalised outputs [n_heads, max_splits, head_dim].
+        # Prefill (runs of slots): factors, maxima and sums [prows, prefill_splits] each, then
+        # outputs [prows, prefill_splits, head_dim]. One pass uses the buffer at a time.
+        nh, runs = cfg.n_heads, tuning.prefill_splits
+        split_floats = max(tuning.max_splits * nh * (cfg.n_layers + 2 + cfg.head_dim),
+                           prows * runs * (3 + cfg.head_dim) if runs > 1 else 0)
+        self.splits = device_buffer(ctx, 4 * split_floats, "splits")
+        # uint32 runs done, [n_kv_heads] for decode, [n_heads, query tiles] for prefill; the
+        # last run to finish resets its count to 0.
+        counters = max(cfg.n_kv_heads, nh * attention_tiles(tuning, cmax))
+        self.counters = device_buffer(ctx, 4 * counters, "counters")
+        fill_zero(ctx, self.counters)
         self.params = host_buffer(ctx, 4 * (PARAM_WORDS + cmax), "params")
         self.header = self.params.array[: 4 * PARAM_WORDS].view(np.uint32)  # [8] uint32
         self.tokens = self.params.array[4 * PARAM_WORDS :].view(np.int32)  # [cmax] int32
@@ -109,7 +127,7 @@ class ConversationResources:
             11: whole(self.probs), 12: whole(self.hidden_buf),
             13: region("rebase_cos"), 14: region("rebase_sin"),
             15: (whole(self.act), RGBA32_SFLOAT, 16), 16: (whole(weights.vec), RGBA32_SFLOAT, 16),
-            17: whole(self.out_buf),
+            17: whole(self.out_buf), 18: whole(self.splits), 19: whole(self.counters),
         }
         writes = []
         self._keep = []

@@ -3,7 +3,9 @@
 CPU drivers (lavapipe) run a workgroup's invocations as SIMD lanes on one thread, so each
 invocation owns whole rows and walks K alone (SPLIT = 1), and several rows per invocation share
 each staged input load. GPUs want many threads per row: SPLIT lanes stride over a row's blocks
-and reduce through shared memory.
+and reduce through shared memory. GPU prefill chunks of `tiled_from` tokens or more take the
+tiled matrix products and tiled attention (engine/backends/vulkan/prefill.py), on cooperative
+matrices where the device has them and `coopmat` allows.
 """
 
 from __future__ import annotations
@@ -22,15 +24,48 @@ class Tuning:
     max_tokens: int  # T cap for prefill tiles
     prefill_chunk: int  # largest prefill pass; bounds the probability scratch
     small_wg: int  # workgroup size of the other shaders
+    # Decode attention (shaders/split.glsl): a K/V head's live slots are cut into runs of at
+    # least split_slots, at most max_splits of them, one workgroup (a subgroup) each.
+    split_slots: int = 256
+    max_splits: int = 16
+    pv_tile: bool = False  # p * v with lanes across dimensions (GPU) or across slots (CPU)
+    mass_split: int = 1  # invocations summing one slot's mass (SPLIT of shaders/mass.comp)
+    tiled_from: int = 0  # prefill buckets this large use the tiled shaders (0: never)
+    coopmat: bool = False  # tiled products on cooperative matrices where the device has them
+    # Tiled prefill attention (shaders/attention_prefill.comp): queries per workgroup (4, 8 or
+    # 16), and at most how many workgroups share one query tile's slots (1: a workgroup walks
+    # them all; more: runs of slots, folded by the last run to finish, see split.glsl).
+    prefill_queries: int = 16
+    prefill_splits: int = 1
+
+    def __post_init__(self) -> None:
+        # attention_prefill.comp: its 128 invocations own whole columns of [queries, 32] scores.
+        if self.prefill_queries <= 0 or self.prefill_queries % 4 or self.prefill_splits < 1:
+            raise ValueError(f"prefill_queries must be a multiple of 4 and prefill_splits at "
+                             f"least 1: {self.prefill_queries}, {self.prefill_splits}")
 
     @property
     def rows_per_group(self) -> int:
         return self.rows * (self.wg // self.split)
 
 
+# CPU: no tiles. lavapipe runs a workgroup's invocations as one thread's SIMD lanes, where
+# every barrier switches coroutines and shared-memory reads are scalar loads, so it keeps
+# matmul.comp's register blocking (the tiles run there in the tests, under the GPU shapes).
+# Decode attention: up to 256 slots stay one workgroup per K/V head (no fold of partials);
+# longer contexts spread over lavapipe's threads.
 CPU = Tuning(wg=32, rows=8, split=1, max_tokens=4, prefill_chunk=128, small_wg=32)
-# GPU prefill keeps T at 4: each token holds 8 input vec4s in registers per invocation.
-GPU = Tuning(wg=128, rows=2, split=16, max_tokens=4, prefill_chunk=256, small_wg=128)
+# GPU matmul.comp keeps T at 4 (each token holds 8 input vec4s in registers per invocation),
+# which serves decode and chunks under 16 tokens; larger chunks take the tiles. The chunk stays
+# 256: forward.py caps it at the ring policy's prefill_chunk (256 by default) anyway, which
+# the numpy backend shares, since salience is committed per chunk.
+# Decode attention: 16-slot splits give a 2000-slot context 125 splits per K/V head (375
+# workgroups for SmolLM2's 3 heads: ~3 per SM of an H200) while 16 tokens stay one split.
+# Prefill attention: a 256-token chunk is 9 heads x 16 query tiles = 144 workgroups; runs of
+# slots make that up to 16 x more at long contexts (a 2048-slot chunk: 128-slot runs).
+GPU = Tuning(wg=128, rows=2, split=16, max_tokens=4, prefill_chunk=256, small_wg=128,
+             split_slots=16, max_splits=128, pv_tile=True, mass_split=4,
+             tiled_from=16, coopmat=True, prefill_splits=16)
 
 
 def tuning_for(ctx: Context) -> Tuning:
@@ -52,3 +87,11 @@ def matmul_tokens(t: Tuning, gate_up: bool, max_shared: int, decode: bool) -> in
     while tokens > 1 and t.split > 1 and 4 * t.wg * nr * tokens > max_shared:
         tokens //= 2
     return tokens
+
+
+def split_runs(t: Tuning, n: int) -> tuple[int, int]:
+    """(slots per split, splits) of decode attention for a token that sees n >= 1 live slots:
+    shaders/split.glsl's split_len and split_count, mirrored for tests and reports."""
+    k = min(max(-(-n // t.split_slots), 1), t.max_splits)
+    length = -(-n // k)
+    return length, -(-n // length)

@@ -1,0 +1,239 @@
+#version 450
+// Decode attention, split over the live slots ("flash-decoding"): workgroup (sp, g) is one
+// subgroup (WG = subgroup size) that attends the G = NH/NKV query heads of K/V head g over the
+// sp-th run of slots (split.glsl), so a long context fills the GPU's cores instead of NKV of
+// them. The decoded token sees every live slot, its own included: prm.N of them.
+//
+// Each split writes its probabilities unnormalised (relative to its own max) to the
+// probability rows, and its max, sum and unnormalised output to `splits`. The last split of a
+// K/V head to finish (an atomic counter says which) folds the partials into the output and
+// writes the per-split mass factors mass.comp needs for exact salience. With one split (short
+// contexts) the workgroup normalises directly, and its factor is its 1/sum.
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#include "common.glsl"
+#include "split.glsl"
+
+layout(local_size_x_id = 0) in;
+
+const uint G = NH / NKV;
+const uint H4 = HD / 4;
+// Outputs live in lanes across a head's HD/4 vec4s (DL of them) and, where the subgroup is
+// wider than that, SG groups of lanes over alternate slots (or splits, in the fold), summed
+// into group 0 through shared memory.
+const uint DL = WG < H4 ? WG : H4;
+const uint SG = WG / DL;
+const uint DPL = (H4 + DL - 1) / DL;  // vec4s per lane per head
+
+shared float tile[PV_TILE != 0 ? G * WG : 1];  // [G, WG] probabilities of one tile of slots
+shared vec4 red[SG > 1 ? G * DPL * WG : 1];     // [WG, G * DPL] slot groups' partial outputs
+
+// This lane's outputs ([G, DPL] vec4s) and softmax sums ([G]). Globals, not parameters: passed
+// to a function, arrays sized by specialization constants came back wrong (lavapipe, glslc).
+vec4 o[G * DPL];
+float sum[G];
+float mx[G];  // the split's max score per head
+
+// Adds the other slot groups' partial outputs into group 0's lanes (shared memory).
+void sum_groups(uint grp, uint dl) {
+    if (SG == 1) return;
+    [[unroll]] for (uint i = 0; i < G * DPL; i++) red[(grp * DL + dl) * G * DPL + i] = o[i];
+    barrier();
+    if (grp == 0) {
+        for (uint k = 1; k < SG; k++) {
+            [[unroll]] for (uint i = 0; i < G * DPL; i++) o[i] += red[(k * DL + dl) * G * DPL + i];
+        }
+    }
+    barrier();  // `red` is reused by the next call
+}
+
+// Group 0's lanes write o / sum: vec4 dl + c * DL of each head j to act[out0 + j * HD ..].
+void store_outputs(uint grp, uint dl, uint out0) {
+    if (grp != 0) return;
+    [[unroll]] for (uint c = 0; c < DPL; c++) {
+        uint i = dl + c * DL;
+        if (i >= H4) break;
+        [[unroll]] for (uint j = 0; j < G; j++) {
+            vec4 r = o[j * DPL + c] / sum[j];
+            uint at = out0 + j * HD + 4 * i;
+            act[at] = r.x;
+            act[at + 1] = r.y;
+            act[at + 2] = r.z;
+            act[at + 3] = r.w;
+        }
+    }
+}
+
+// Probabilities and outputs, GPU form (PV_TILE): one tile of WG slots at a time, each lane
+// exponentiates the scores it wrote itself (no memory barrier), shares them through `tile`,
+// then lanes across the output dimensions sum p * v over the tile. Few registers per lane and
+// no cross-lane sums of whole heads; two barriers per tile.
+void pv_tiled(uint lane, uint s0, uint s1, uint row0, uint kbase) {
+    uint dl = lane % DL, grp = lane / DL;
+    for (uint base = s0; base < s1; base += WG) {
+        uint s = base + lane;
+        [[unroll]] for (uint j = 0; j < G; j++) {
+            float p = 0.0;
+            if (s < s1) {
+                p = exp(probs[(row0 + j) * S + s] - mx[j]);
+                probs[(row0 + j) * S + s] = p;
+            }
+            sum[j] += p;
+            tile[j * WG + lane] = p;
+        }
+        barrier();
+        uint count = min(WG, s1 - base);
+        for (uint u = grp; u < count && grp < SG; u += SG) {
+            [[unroll]] for (uint c = 0; c < DPL; c++) {
+                uint i = dl + c * DL;
+                if (i >= H4) break;
+                vec4 v = texelFetch(VT, int(kbase + (base + u) * (KVD / 4) + i));
+                [[unroll]] for (uint j = 0; j < G; j++) o[j * DPL + c] += tile[j * WG + u] * v;
+            }
+        }
+        barrier();  // the next tile overwrites `tile`
+    }
+}
+
+// The same, CPU form: each lane sums p * v over its own slots for whole heads and the
+// subgroup adds them up once. No barrier: on lavapipe each costs a coroutine switch.
+void pv_by_slot(uint lane, uint s0, uint s1, uint row0, uint kbase) {
+    vec4 acc[G * H4];
+    [[unroll]] for (uint i = 0; i < G * H4; i++) acc[i] = vec4(0.0);
+    for (uint s = s0 + lane; s < s1; s += WG) {
+        float p[G];
+        [[unroll]] for (uint j = 0; j < G; j++) {
+            p[j] = exp(probs[(row0 + j) * S + s] - mx[j]);
+            probs[(row0 + j) * S + s] = p[j];
+            sum[j] += p[j];
+        }
+        [[unroll]] for (uint i = 0; i < H4; i++) {
+            vec4 v = texelFetch(VT, int(kbase + s * (KVD / 4) + i));
+            [[unroll]] for (uint j = 0; j < G; j++) acc[j * H4 + i] += p[j] * v;
+        }
+    }
+    // Group 0's lanes keep their vec4s of the sums, as pv_tiled leaves them.
+    uint dl = lane % DL, grp = lane / DL;
+    [[unroll]] for (uint i = 0; i < G * H4; i++) {
+        vec4 total = subgroupAdd(acc[i]);
+        uint j = i / H4, d = i % H4;
+        if (grp == 0 && d % DL == dl) o[j * DPL + d / DL] = total;
+    }
+}
+
+void main() {
+    uint lane = gl_LocalInvocationID.x;
+    uint sp = gl_WorkGroupID.x, g = gl_WorkGroupID.y;
+    uint n = prm.N;
+    uint len = split_len(n), nsplit = split_count(n);
+    if (sp >= nsplit) return;  // the whole workgroup leaves together
+    uint s0 = sp * len, s1 = min(n, s0 + len);
+
+    float scale = 1.0 / sqrt(float(HD));
+    vec4 q[G * H4];  // [G, HD/4] scaled queries (the same in every lane)
+    uint qbase = (pc.in_off + g * G * HD) / 4;
+    [[unroll]] for (uint i = 0; i < G * H4; i++) q[i] = scale * texelFetch(ACTT, int(qbase + i));
+    uint row0 = pc.p_row0 + g * G;  // probability row of head (g, 0)
+    uint kbase = (pc.layer * S * KVD + g * HD) / 4;  // texel of slot 0, head g
+
+    // Scores: lanes stride over the run's slots.
+    [[unroll]] for (uint j = 0; j < G; j++) mx[j] = -1.0 / 0.0;
+    for (uint s = s0 + lane; s < s1; s += WG) {
+        float sc[G];
+        [[unroll]] for (uint j = 0; j < G; j++) sc[j] = 0.0;
+        [[unroll]] for (uint i = 0; i < H4; i++) {
+            vec4 k = texelFetch(KT, int(kbase + s * (KVD / 4) + i));
+            [[unroll]] for (uint j = 0; j < G; j++) sc[j] += dot(q[j * H4 + i], k);
+        }
+        [[unroll]] for (uint j = 0; j < G; j++) {
+            probs[(row0 + j) * S + s] = sc[j];
+            mx[j] = max(mx[j], sc[j]);
+        }
+    }
+    [[unroll]] for (uint j = 0; j < G; j++) mx[j] = subgroupMax(mx[j]);
+
+    uint dl = lane % DL, grp = lane / DL;
+    [[unroll]] for (uint j = 0; j < G; j++) sum[j] = 0.0;
+    [[unroll]] for (uint i = 0; i < G * DPL; i++) o[i] = vec4(0.0);
+    if (PV_TILE != 0) {
+        pv_tiled(lane, s0, s1, row0, kbase);
+        sum_groups(grp, dl);
+    } else {
+        pv_by_slot(lane, s0, s1, row0, kbase);
+    }
+    [[unroll]] for (uint j = 0; j < G; j++) sum[j] = subgroupAdd(sum[j]);
+
+    uint out0 = pc.out_off + g * G * HD;
+    if (nsplit == 1) {
+        store_outputs(grp, dl, out0);
+        if (lane == 0) {
+            [[unroll]] for (uint j = 0; j < G; j++) splits[SP_FAC + (row0 + j) * MAX_SPLITS] = 1.0 / sum[j];
+        }
+        return;
+    }
+
+    // This split's partials; then the last split of head g to finish folds them all.
+    uint head0 = g * G;  // query head of (g, 0)
+    if (grp == 0) {
+        [[unroll]] for (uint c = 0; c < DPL; c++) {
+            uint i = dl + c * DL;
+            if (i >= H4) break;
+            [[unroll]] for (uint j = 0; j < G; j++) {
+                vec4 r = o[j * DPL + c];
+                uint at = SP_OUT + ((head0 + j) * MAX_SPLITS + sp) * HD + 4 * i;
+                splits[at] = r.x;
+                splits[at + 1] = r.y;
+                splits[at + 2] = r.z;
+                splits[at + 3] = r.w;
+            }
+        }
+    }
+    if (lane == 0) {
+        [[unroll]] for (uint j = 0; j < G; j++) {
+            splits[SP_MAX + (head0 + j) * MAX_SPLITS + sp] = mx[j];
+            splits[SP_SUM + (head0 + j) * MAX_SPLITS + sp] = sum[j];
+        }
+    }
+    memoryBarrierBuffer();  // release: the partials before the count
+    barrier();
+    uint done = 0;
+    if (lane == 0) done = atomicAdd(counters[g], 1u) + 1;
+    done = subgroupMax(done);
+    if (done != nsplit) return;
+    memoryBarrierBuffer();  // acquire: the other splits' partials after the count
+    if (lane == 0) atomicExchange(counters[g], 0u);  // ready for the next layer
+
+    // Mass factors (lanes over splits), then the output: lanes across dimensions and splits,
+    // as in the tile loop, sum the splits' outputs times their factors.
+    [[unroll]] for (uint j = 0; j < G; j++) {
+        uint at = (head0 + j) * MAX_SPLITS;
+        float m = -1.0 / 0.0;
+        for (uint k = lane; k < nsplit; k += WG) m = max(m, splits[SP_MAX + at + k]);
+        m = subgroupMax(m);
+        float l = 0.0;
+        for (uint k = lane; k < nsplit; k += WG) {
+            l += splits[SP_SUM + at + k] * exp(splits[SP_MAX + at + k] - m);
+        }
+        float inv = 1.0 / subgroupAdd(l);
+        for (uint k = lane; k < nsplit; k += WG) {
+            splits[SP_FAC + (row0 + j) * MAX_SPLITS + k] = exp(splits[SP_MAX + at + k] - m) * inv;
+        }
+    }
+    memoryBarrierBuffer();
+    barrier();
+    [[unroll]] for (uint i = 0; i < G * DPL; i++) o[i] = vec4(0.0);
+    for (uint k = grp; k < nsplit && grp < SG; k += SG) {
+        [[unroll]] for (uint c = 0; c < DPL; c++) {
+            uint i = dl + c * DL;
+            if (i >= H4) break;
+            [[unroll]] for (uint j = 0; j < G; j++) {
+                uint at = SP_OUT + ((head0 + j) * MAX_SPLITS + k) * HD + 4 * i;
+                vec4 r = vec4(splits[at], splits[at + 1], splits[at + 2], splits[at + 3]);
+                o[j * DPL + c] += r * splits[SP_FAC + (row0 + j) * MAX_SPLITS + k];
+            }
+        }
+    }
+    sum_groups(grp, dl);
+    [[unroll]] for (uint j = 0; j < G; j++) sum[j] = 1.0;
+    store_outputs(grp, dl, out0);
+}

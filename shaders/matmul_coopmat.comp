@@ -1,0 +1,131 @@
+#version 450
+// Prefill matrix-matrix product on cooperative matrices (VK_KHR_cooperative_matrix: tensor
+// cores on NVIDIA), 16x16x16 f16 x f16 -> f32, for devices that offer that shape (context.py
+// checks). matmul_tiled.glsl has the tiling, the prologue and the epilogues; this file only
+// replaces the inner product. BM = BT = 64, WG = 4 subgroups, each a 32 x 32 quarter of the
+// output tile as 2 x 2 accumulators.
+//
+// Precision: one f16 operand keeps 11 bits, far from the f32 the parity tests hold every
+// backend to (plain f16 inputs measured ~5e-4 off numpy's logits on the H200). Each operand is
+// split as v = hi + lo / 2048 (hi: v's top 11 bits, lo = f16((v - hi) * 2048), ~22 bits
+// together) and the three products hi*hi + (hi*lo + lo*hi) / 2048 are summed in f32; the
+// lo*lo term (~2^-22 relative) is dropped. Scaling lo keeps it out of f16's subnormal range.
+// Inputs beyond f16's range (|v| > 65504) would overflow to infinity.
+// Built with glslangValidator >= 13 (glslc 2023.2 lacks the extension): see compile.py.
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#include "common.glsl"
+
+layout(local_size_x_id = 0) in;
+
+shared float out_tile[64 * 64];  // [BT, BM] f32 results for the epilogue
+#define OUT_TILE out_tile
+#include "matmul_tiled.glsl"
+
+const uint LD = 40;  // row stride of the f16 tiles: 32 + 8 halves, 80 bytes, off the banks' period
+shared float16_t xh[64 * LD], xl[64 * LD];  // [BT, 32] X tile, hi and scaled lo, token-major
+shared float16_t wh[64 * LD], wl[64 * LD];  // [BM, 32] W tile, hi and scaled lo, row-major
+const float LO_SCALE = 2048.0;
+
+#define ACC coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
+#define MAT_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
+#define MAT_B coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
+
+// Store 8 values at [at ..] of the X (is_x) or W tiles as hi and scaled lo halves. hi keeps
+// v's top 11 significant bits by masking, so it converts to f16 exactly and v - hi is an
+// honest f32 subtraction (a compiler may treat float(float16_t(v)) as v and fold lo to 0).
+void split8(uint at, bool is_x, vec4 lo4, vec4 hi4) {
+    [[unroll]] for (uint e = 0; e < 8; e++) {
+        float v = e < 4 ? lo4[e] : hi4[e - 4];
+        float top = uintBitsToFloat(floatBitsToUint(v) & 0xFFFFE000u);
+        float16_t h = float16_t(top);
+        float16_t l = float16_t((v - top) * LO_SCALE);
+        if (is_x) {
+            xh[at + e] = h;
+            xl[at + e] = l;
+        } else {
+            wh[at + e] = h;
+            wl[at + e] = l;
+        }
+    }
+}
+
+void main() {
+    uint lid = gl_LocalInvocationID.x;
+    uint tok0 = gl_WorkGroupID.y * BT, row0 = gl_WorkGroupID.x * OUT_ROWS;
+    if (tok0 >= prm.C) return;  // the whole workgroup leaves together
+    norm_scales(tok0);
+
+    uint sg = gl_SubgroupID;
+    uint tq = (sg / 2) * 32, rq = (sg % 2) * 32;  // this subgroup's quarter: tokens, rows
+    // Accumulators per (token block i, row block j): hi*hi, and hi*lo + lo*hi. One
+    // declarator per declaration: glslang 13.1 drops the matrix use from later ones.
+    ACC hh00 = ACC(0.0);
+    ACC hh01 = ACC(0.0);
+    ACC hh10 = ACC(0.0);
+    ACC hh11 = ACC(0.0);
+    ACC mx00 = ACC(0.0);
+    ACC mx01 = ACC(0.0);
+    ACC mx10 = ACC(0.0);
+    ACC mx11 = ACC(0.0);
+    for (uint b = 0; b < NB; b++) {
+        for (uint i = lid; i < 4 * BM; i += WG) {
+            uint row = i / 4, p = i % 4;
+            vec4 lo, hi;
+            load_w8(weight_row(row0, row), b, p, lo, hi);
+            split8(row * LD + 8 * p, false, lo, hi);
+        }
+        for (uint i = lid; i < 4 * BT; i += WG) {
+            uint t = i / 4, p = i % 4;
+            vec4 lo, hi;
+            load_x8(tok0, t, b, p, lo, hi);
+            split8(t * LD + 8 * p, true, lo, hi);
+        }
+        barrier();
+        [[unroll]] for (uint k = 0; k < 32; k += 16) {
+            MAT_A ah0;
+            MAT_A ah1;
+            MAT_A al0;
+            MAT_A al1;
+            MAT_B bh0;
+            MAT_B bh1;
+            MAT_B bl0;
+            MAT_B bl1;
+            uint xa = tq * LD + k, wa = rq * LD + k;
+            coopMatLoad(ah0, xh, xa, LD, gl_CooperativeMatrixLayoutRowMajor);
+            coopMatLoad(ah1, xh, xa + 16 * LD, LD, gl_CooperativeMatrixLayoutRowMajor);
+            coopMatLoad(al0, xl, xa, LD, gl_CooperativeMatrixLayoutRowMajor);
+            coopMatLoad(al1, xl, xa + 16 * LD, LD, gl_CooperativeMatrixLayoutRowMajor);
+            // B[k][row] = W[row][k]: the row-major W tile read column-major
+            coopMatLoad(bh0, wh, wa, LD, gl_CooperativeMatrixLayoutColumnMajor);
+            coopMatLoad(bh1, wh, wa + 16 * LD, LD, gl_CooperativeMatrixLayoutColumnMajor);
+            coopMatLoad(bl0, wl, wa, LD, gl_CooperativeMatrixLayoutColumnMajor);
+            coopMatLoad(bl1, wl, wa + 16 * LD, LD, gl_CooperativeMatrixLayoutColumnMajor);
+#define MMA3(i, j) \
+            hh##i##j = coopMatMulAdd(ah##i, bh##j, hh##i##j); \
+            mx##i##j = coopMatMulAdd(ah##i, bl##j, mx##i##j); \
+            mx##i##j = coopMatMulAdd(al##i, bh##j, mx##i##j);
+            MMA3(0, 0) MMA3(0, 1) MMA3(1, 0) MMA3(1, 1)
+        }
+        barrier();
+    }
+    // y = hh + mixed / 2048, added in scalar code rather than with cooperative-matrix
+    // arithmetic: mixed goes through out_tile into registers (the elements lid + k * WG), then
+    // hh is stored and the registers are added on.
+    const uint PER = BT * BM / WG;
+    float part[PER];
+#define STORE(acc, i, j) coopMatStore(acc##i##j, out_tile, (tq + 16 * i) * BM + rq + 16 * j, BM, \
+        gl_CooperativeMatrixLayoutRowMajor);
+    STORE(mx, 0, 0) STORE(mx, 0, 1) STORE(mx, 1, 0) STORE(mx, 1, 1)
+    barrier();
+    [[unroll]] for (uint k = 0; k < PER; k++) part[k] = out_tile[lid + k * WG] * (1.0 / LO_SCALE);
+    barrier();
+    STORE(hh, 0, 0) STORE(hh, 0, 1) STORE(hh, 1, 0) STORE(hh, 1, 1)
+    barrier();
+    [[unroll]] for (uint k = 0; k < PER; k++) out_tile[lid + k * WG] += part[k];
+    barrier();
+    epilogue(tok0, row0);
+}

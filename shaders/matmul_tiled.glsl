@@ -1,0 +1,118 @@
+// Shared by the prefill matrix-matrix products (matmul_tiled.comp, matmul_coopmat.comp):
+// Y[T, M] = X[T, K] * W^T for a chunk of tokens, one workgroup per tile of BM weight rows x BT
+// tokens, K walked one 32-element block at a time. Each W block is dequantized once per tile
+// and reused by all BT tokens (matmul.comp re-reads it for every T <= 4 tokens).
+// The including shader declares OUT_TILE, a float [BT, BM] shared array, before this file.
+//
+// gate|up: a tile's first BM/2 rows are gate rows, the other BM/2 the matching up rows, so the
+// SiLU epilogue finds both halves in one tile. The prologue (RMSNorm) computes what
+// matmul.comp's does; the epilogues are matmul_common.glsl's, as there.
+
+#include "matmul_common.glsl"
+
+const uint BM = R;                                      // weight rows per tile
+const uint BT = T;                                      // tokens per tile
+const uint NB = K / 32;                                 // blocks per weight row
+const uint OUT_ROWS = MODE == MODE_GATEUP ? BM / 2 : BM;  // output rows per tile
+
+shared float norm_part[4 * BT];  // [BT, 4] partial sums of squares
+shared float norm_inv[BT];       // [BT] RMSNorm scale per token (1 without NORM)
+
+// Weight row behind tile row i of the tile whose first output row is row0. Rows past the
+// matrix re-read its last row: they compute garbage that is never stored.
+uint weight_row(uint row0, uint i) {
+    uint wr = row0 + i;
+    if (MODE == MODE_GATEUP) wr = i < BM / 2 ? row0 + i : M + row0 + i - BM / 2;
+    return min(wr, MROWS - 1);
+}
+
+// Elements [8p, 8p + 8) of block b of weight row wr, dequantized (code * d + m).
+void load_w8(uint wr, uint b, uint p, out vec4 lo, out vec4 hi) {
+    uint first = pc.w_texel + (wr * NB + b) * TPB, blk = pc.w_block + wr * NB + b;
+    if (QTYPE == QT_F32) {
+        lo = uintBitsToFloat(texelFetch(WQ, int(first + 2 * p)));
+        hi = uintBitsToFloat(texelFetch(WQ, int(first + 2 * p + 1)));
+        return;
+    }
+    if (QTYPE == QT_F16) {
+        uvec4 h = texelFetch(WQ, int(first + p));
+        lo = vec4(unpackHalf2x16(h.x), unpackHalf2x16(h.y));
+        hi = vec4(unpackHalf2x16(h.z), unpackHalf2x16(h.w));
+        return;
+    }
+    float d, m;
+    if (QTYPE == QT_Q8_0) {  // texel i holds int8 elements 16i .. 16i + 15
+        uvec4 q = texelFetch(WQ, int(first + p / 2));
+        uint a = (p % 2) * 2;
+        lo = vec4(ivec4(uvec4(q[a]) << uvec4(24, 16, 8, 0)) >> 24);
+        hi = vec4(ivec4(uvec4(q[a + 1]) << uvec4(24, 16, 8, 0)) >> 24);
+        d = unpackHalf2x16(texelFetch(WS, int(blk)).x).x;
+        m = 0.0;
+    } else {  // Q4_0, Q4_1: byte j holds element j (low nibble) and element j + 16 (high)
+        uvec4 q = texelFetch(WQ, int(first));
+        uint a = (p % 2) * 2;
+        uvec4 shift = uvec4(0, 8, 16, 24) + (p / 2) * 4;
+        lo = vec4((uvec4(q[a]) >> shift) & 15u);
+        hi = vec4((uvec4(q[a + 1]) >> shift) & 15u);
+        vec2 dm = unpackHalf2x16(texelFetch(WS, int(blk)).x);
+        d = dm.x;
+        m = QTYPE == QT_Q4_1 ? dm.y : -8.0 * dm.x;
+    }
+    lo = lo * d + m;
+    hi = hi * d + m;
+}
+
+// Elements [8p, 8p + 8) of block b of the input row of tile token t, RMSNormed under NORM.
+// Tokens past the chunk re-read its last row (never stored).
+void load_x8(uint tok0, uint t, uint b, uint p, out vec4 lo, out vec4 hi) {
+    uint tok = min(tok0 + t, prm.C - 1);
+    int base = int((pc.in_off + tok * K) / 4 + b * 8 + 2 * p);
+    lo = texelFetch(ACTT, base);
+    hi = texelFetch(ACTT, base + 1);
+    if (NORM != 0) {
+        int nw = int(pc.norm_off / 4 + b * 8 + 2 * p);
+        lo *= norm_inv[t] * texelFetch(VECT, nw);
+        hi *= norm_inv[t] * texelFetch(VECT, nw + 1);
+    }
+}
+
+// RMSNorm prologue: norm_inv[t] for the tile's tokens, four invocations per row.
+void norm_scales(uint tok0) {
+    if (NORM == 0) return;  // a specialization constant: uniform, so no barrier is skipped
+    uint lid = gl_LocalInvocationID.x;
+    for (uint i = lid; i < 4 * BT; i += WG) {
+        uint tok = min(tok0 + i / 4, prm.C - 1);
+        int base = int((pc.in_off + tok * K) / 4);
+        vec4 ss = vec4(0.0);
+        for (uint j = i % 4; j < K / 4; j += 4) {
+            vec4 x = texelFetch(ACTT, base + int(j));
+            ss += x * x;
+        }
+        norm_part[i] = ss.x + ss.y + ss.z + ss.w;
+    }
+    barrier();
+    for (uint t = lid; t < BT; t += WG) {
+        float ss = norm_part[4 * t] + norm_part[4 * t + 1] + norm_part[4 * t + 2] + norm_part[4 * t + 3];
+        norm_inv[t] = 1.0 / sqrt(ss / float(K) + EPS);
+    }
+    barrier();
+}
+
+// Epilogue over OUT_TILE [BT, BM] (after a barrier): what matmul.comp's MODE does per value.
+void epilogue(uint tok0, uint row0) {
+    const uint units = MODE == MODE_QKV || MODE == MODE_GATEUP ? BM / 2 : BM;  // per token
+    for (uint u = gl_LocalInvocationID.x; u < BT * units; u += WG) {
+        uint t = u / units, i = u % units, tok = tok0 + t;
+        if (tok >= prm.C) break;  // u only grows
+        if (MODE == MODE_QKV) {  // a RoPE pair (row, row + 1) per unit
+            uint row = row0 + 2 * i;
+            if (row >= M) continue;
+            store_qkv_pair(tok, row, OUT_TILE[t * BM + 2 * i], OUT_TILE[t * BM + 2 * i + 1]);
+        } else {  // never MODE_LOGITS: the logits row takes matmul.comp
+            uint row = row0 + i;
+            if (row >= M) continue;
+            store_value(tok, row, OUT_TILE[t * BM + i],
+                        MODE == MODE_GATEUP ? OUT_TILE[t * BM + BM / 2 + i] : 0.0);
+        }
+    }
+}
