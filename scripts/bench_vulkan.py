@@ -50,8 +50,9 @@ def child(kind: str, args: argparse.Namespace) -> dict:
         return hf_bench(args.model, mode, args.prefill, args.contexts, args.repeat)
     from bench_vulkan_engine import bench as engine_bench
 
+    tuning = json.loads(args.tuning_json.read_text()) if args.tuning_json else None
     return engine_bench(kind, args.model, args.cache_dir, args.scratch, args.prefill,
-                        args.contexts, args.decode_tokens, args.repeat)
+                        args.contexts, args.decode_tokens, args.repeat, tuning)
 
 
 def run_child(kind: str, args: argparse.Namespace) -> dict:
@@ -59,7 +60,8 @@ def run_child(kind: str, args: argparse.Namespace) -> dict:
            "--cache-dir", str(args.cache_dir), "--scratch", str(args.scratch),
            "--prefill", ",".join(map(str, args.prefill)),
            "--contexts", ",".join(map(str, args.contexts)),
-           "--decode-tokens", str(args.decode_tokens), "--repeat", str(args.repeat)]
+           "--decode-tokens", str(args.decode_tokens), "--repeat", str(args.repeat),
+           *(["--tuning-json", str(args.tuning_json)] if args.tuning_json else [])]
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
@@ -166,6 +168,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--decode-tokens", type=int, help="decode steps per timed run")
     p.add_argument("--repeat", type=int)
     p.add_argument("--timeout", type=int, default=900, help="seconds per child / llama-bench")
+    p.add_argument("--tuning-json", type=Path, help="Vulkan tuning knobs to override, as a "
+                   "JSON object of Tuning fields (scripts/device/pick_tuning.py writes one)")
     p.add_argument("--out", type=Path, help="also write the JSON here")
     p.add_argument("--markdown", type=Path, help="write the docs/vulkan.md table here")
     p.add_argument("--from-json", type=Path, help="render an earlier --out report; run nothing")

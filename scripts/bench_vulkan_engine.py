@@ -12,6 +12,7 @@ figures in docs/vulkan.md and issue 14 were taken.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import resource
@@ -48,7 +49,8 @@ def decode_room(max_slots: int, context: int, repeat: int, wanted: int) -> int:
 
 
 def bench(backend_name: str, model_path: Path, cache_dir: Path, scratch: Path,
-          prefill: list[int], contexts: list[int], decode_tokens: int, repeat: int) -> dict:
+          prefill: list[int], contexts: list[int], decode_tokens: int, repeat: int,
+          tuning: dict | None = None) -> dict:
     from engine.model.config import RingPolicy
     from engine.model.model import load_model
     from engine.state.conversation import Conversation
@@ -64,6 +66,9 @@ def bench(backend_name: str, model_path: Path, cache_dir: Path, scratch: Path,
         from engine.backends.vulkan.backend import VulkanBackend
 
         backend = VulkanBackend()
+        if tuning:  # knobs a sweep chose on this device (scripts/device/pick_tuning.py)
+            backend.tuning = dataclasses.replace(backend.tuning, **tuning)
+        out["tuning"] = backend.tuning.__dict__
     policy = RingPolicy()
     vocab = model.config.vocab_size
 

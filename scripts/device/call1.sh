@@ -1,5 +1,6 @@
 #!/bin/bash
 # Device call 1 of 3. carry: .gl .whl .model/part1 .llama
+# Also runs the Vulkan tests on the GPU while llama-bench builds ($OUT/gpu-tests.log).
 # Loaders and wheels; `import engine` and the Vulkan device; model part 1 to /tmp; llama-bench
 # built from .llama/llama.cpp.tar.gz (about 4.3 min) in its own session (setsid), so that it
 # outlives this call if the call is cut short, but waited for here, so that no measurement
@@ -16,6 +17,11 @@ if [ ! -x "$STATE/llama/bin/llama-bench" ]; then
     setsid bash -c "scripts/device/build_llama_bench.sh .llama/llama.cpp.tar.gz $STATE/llama; \
         rm -f $STATE/building" >"$STATE/build.out" 2>&1 </dev/null &
     say "building llama-bench (log: $STATE/llama/build.log)"
+    # Correctness on this GPU while the build runs (no timing here): the Vulkan tests, which
+    # compare every pass with numpy on small generated models.
+    timeout 300 python3 -m pytest -q -p no:cacheprovider -o addopts="" \
+        tests/test_vulkan_parity.py tests/test_vulkan_split.py tests/test_vulkan_prefill.py \
+        2>&1 | tail -25 | tee "$OUT/gpu-tests.log" || true
     wait_build 500
     cat "$STATE/build.out"
 fi

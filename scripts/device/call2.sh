@@ -1,5 +1,6 @@
 #!/bin/bash
 # Device call 2 of 3. carry: .model/part2
+# Sweeps the attention knobs first ($OUT/sweep-*.jsonl, $STATE/tuning.json for call 3).
 # Joins the model (sha256 checked against model.sha256 beside this script), waits for a
 # llama-bench build still running, and runs llama-bench's two runs through the bench
 # (bench_vulkan_llama.py): the report $OUT/llama-report.json, kept in /tmp for call 3.
@@ -11,6 +12,14 @@ cat "$STATE/part1" .model/part2 > "$model"
 (cd "$STATE" && sha256sum --check "$REPO/scripts/device/model.sha256")
 wait_build 240
 set -o pipefail
+# The attention knobs, swept on this GPU before anything is measured; call 3's bench runs
+# with the best (scripts/device/pick_tuning.py). A sweep cut short leaves the defaults.
+for what in decode prefill; do
+    timeout 150 python3 scripts/sweep_vulkan.py --model "$model" --cache-dir "$STATE/cache" \
+        "$what" > "$OUT/sweep-$what.jsonl" 2> "$OUT/sweep-$what.log" || true
+done
+python3 scripts/device/pick_tuning.py "$OUT/sweep-decode.jsonl" "$OUT/sweep-prefill.jsonl" \
+    > "$STATE/tuning.json" && cp "$STATE/tuning.json" "$OUT/" && say "tuning $(cat "$OUT/tuning.json")"
 python3 scripts/bench_vulkan.py --model "$model" --cache-dir "$STATE/cache" --backends "" \
     --llama-bench "$STATE/llama/bin/llama-bench" --timeout 240 \
     --out "$OUT/llama-report.json" 2>&1 >/dev/null | tee "$OUT/llama-report.log"

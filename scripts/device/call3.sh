@@ -13,8 +13,10 @@ if [ -f "$STATE/llama-report.json" ]; then
 else  # call 2 did not get to run it: run it here
     llama=(--llama-bench "$STATE/llama/bin/llama-bench")
 fi
+tuning=()
+[ -s "$STATE/tuning.json" ] && tuning=(--tuning-json "$STATE/tuning.json")
 set -o pipefail
 python3 scripts/bench_vulkan.py --model "$model" --cache-dir "$STATE/cache" \
-    --scratch "$STATE" --backends vulkan --hf "${llama[@]}" --timeout 360 \
+    --scratch "$STATE" --backends vulkan --hf "${llama[@]}" "${tuning[@]}" --timeout 360 \
     --out "$OUT/bench.json" --markdown "$OUT/table.md" "$@" 2>&1 >/dev/null \
     | tee "$OUT/bench.log"
