@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine.paths import default_model_path
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default=str(default_model_path()))
+    p.add_argument("--model", help="a GGUF (default: the shipped model)")
     p.add_argument("--cache-dir", default=str(REPO / ".cache" / "sweep"))
     p.add_argument("--tuning", choices=["gpu", "cpu"], help="force these shapes (default: the "
                    "device's); gpu on lavapipe tries the sweep out without a GPU")
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--coopmat", type=ints, default=[1, 0])
     args = p.parse_args(argv)
 
-    model = load_model(args.model, args.cache_dir)
+    model = load_model(args.model or default_model_path(), args.cache_dir)
     options.configure(replace(options.current(), tuning=args.tuning))
     backend = VulkanBackend()
     longest = max(args.contexts) + args.warmup + args.steps + 1 if args.what == "decode" \

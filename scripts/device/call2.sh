@@ -14,10 +14,13 @@ wait_build 240
 set -o pipefail
 # The attention knobs, swept on this GPU before anything is measured; call 3's bench runs
 # with the best (scripts/device/pick_tuning.py). A sweep cut short leaves the defaults.
-for what in decode prefill; do
+sweep() {
     timeout 150 python3 scripts/sweep_vulkan.py --model "$model" --cache-dir "$STATE/cache" \
-        "$what" > "$OUT/sweep-$what.jsonl" 2> "$OUT/sweep-$what.log" || true
-done
+        "$@" > "$OUT/sweep-$1.jsonl" 2> "$OUT/sweep-$1.log" || true
+    say "sweep $1: $(wc -l < "$OUT/sweep-$1.jsonl") combinations x lengths"
+}
+sweep decode --split-slots 16,64 --max-splits 64,128 --pv-tile 1,0
+sweep prefill --prefill-splits 1,16 --prefill-queries 16,4 --coopmat 1,0
 python3 scripts/device/pick_tuning.py "$OUT/sweep-decode.jsonl" "$OUT/sweep-prefill.jsonl" \
     > "$STATE/tuning.json" && cp "$STATE/tuning.json" "$OUT/" && say "tuning $(cat "$OUT/tuning.json")"
 python3 scripts/bench_vulkan.py --model "$model" --cache-dir "$STATE/cache" --backends "" \
