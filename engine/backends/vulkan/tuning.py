@@ -59,13 +59,14 @@ CPU = Tuning(wg=32, rows=8, split=1, max_tokens=4, prefill_chunk=128, small_wg=3
 # which serves decode and chunks under 16 tokens; larger chunks take the tiles. The chunk stays
 # 256: forward.py caps it at the ring policy's prefill_chunk (256 by default) anyway, which
 # the numpy backend shares, since salience is committed per chunk.
-# Decode attention: 16-slot splits give a 2000-slot context 125 splits per K/V head (375
-# workgroups for SmolLM2's 3 heads: ~3 per SM of an H200) while 16 tokens stay one split.
-# Prefill attention: a 256-token chunk is 9 heads x 16 query tiles = 144 workgroups; runs of
-# slots make that up to 16 x more at long contexts (a 2048-slot chunk: 128-slot runs).
+# The attention knobs are what scripts/sweep_vulkan.py measured best on an H200 (2026-12-02,
+# best geometric mean over 16/2000/4000 slots and 256/2048-token prompts, docs/vulkan.md):
+# decode in 64-slot splits, at most 64 (a 2000-slot context: 32 splits per K/V head) did as
+# well as 16-slot ones at every context (decode there is bound elsewhere, not by attention),
+# and prefill attention unsplit was 30% faster at 256 tokens and 11% slower at 2048.
 GPU = Tuning(wg=128, rows=2, split=16, max_tokens=4, prefill_chunk=256, small_wg=128,
-             split_slots=16, max_splits=128, pv_tile=True, mass_split=4,
-             tiled_from=16, coopmat=True, prefill_splits=16)
+             split_slots=64, max_splits=64, pv_tile=True, mass_split=4,
+             tiled_from=16, coopmat=True, prefill_splits=1)
 
 
 def tuning_for(ctx: Context) -> Tuning:
