@@ -83,10 +83,6 @@ def choose_victims(policy: RingPolicy, scores: np.ndarray, k: int, victims: np.n
     np.logical_or(victims, ties, out=victims)
 
 
-
-
-
-
 def _protect_short_turns(k: int, keep_out: np.ndarray, turns: TurnSpans | None,
                          share: float, short: int) -> None:
     """Mark in `keep_out` (m,) the candidates of turns of at most `short` tokens, oldest turn
