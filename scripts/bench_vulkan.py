@@ -1,7 +1,8 @@
-"""Channel's Vulkan backend against numpy, HF transformers and llama.cpp: one JSON benchmark.
+"""Channel's Vulkan backend against its CPU backends, HF transformers and llama.cpp: one JSON
+benchmark.
 
     python scripts/bench_vulkan.py [--quick] [--hf] [--llama-bench PATH] [--out FILE]
-                                   [--markdown FILE] [--backends vulkan,numpy] [--model GGUF]
+                                   [--markdown FILE] [--backends vulkan,ggml] [--model GGUF]
     python scripts/bench_vulkan.py --from-json FILE [--markdown FILE]   # re-render the table
 
 Figures (medians of --repeat runs): prefill tok/s at each --prefill length, decode tok/s at
@@ -35,7 +36,7 @@ from bench_vulkan_table import markdown  # noqa: E402
 
 FULL = {"prefill": "256,2048", "contexts": "16,2000,4000", "decode_tokens": 64, "repeat": 5}
 QUICK = {"prefill": "64", "contexts": "16,128", "decode_tokens": 8, "repeat": 1}
-KINDS = ("vulkan", "numpy", "hf", "hf-eager")
+KINDS = ("vulkan", "ggml", "numpy", "hf", "hf-eager")
 
 
 def ints(text: str) -> list[int]:
@@ -111,7 +112,8 @@ def machine() -> dict:
 def ratios(report: dict) -> dict:
     """Vulkan over each other column, per figure (None where either side is missing)."""
     vk = report.get("vulkan", {})
-    others = {"numpy": report.get("numpy", {}), "hf": report.get("hf", {}),
+    others = {"ggml": report.get("ggml", {}), "numpy": report.get("numpy", {}),
+              "hf": report.get("hf", {}),
               "llama_fa_off": report.get("llama_cpp", {}).get("fa_off", {}),
               "llama_fa_on": report.get("llama_cpp", {}).get("fa_on", {})}
     out: dict = {}
@@ -129,18 +131,19 @@ def ratios(report: dict) -> dict:
 
 
 def record_speed(report: dict, cache_dir: Path) -> None:
-    """Lets `--backend auto` decide on this device: Vulkan's and numpy's short-context decode."""
+    """Lets `--backend auto` decide on this device: the short-context decode of Vulkan and of
+    each CPU backend the report measured (`auto` compares with the one it would take)."""
     short = str(min(report["settings"]["contexts"]))
-    vk, np_ = report.get("vulkan", {}), report.get("numpy", {})
-    if short not in vk.get("decode_tok_s", {}) or short not in np_.get("decode_tok_s", {}):
+    speeds = {kind: report[kind]["decode_tok_s"][short] for kind in ("vulkan", "ggml", "numpy")
+              if short in report.get(kind, {}).get("decode_tok_s", {})}
+    if "vulkan" not in speeds or len(speeds) < 2:
         return
     from engine.backends.vulkan import probe
     from engine.backends.vulkan.measurements import record_measurement
 
     info = probe()
     if not isinstance(info, str):
-        record_measurement(cache_dir, info, vk["model_fingerprint"],
-                           vk["decode_tok_s"][short], np_["decode_tok_s"][short])
+        record_measurement(cache_dir, info, report["vulkan"]["model_fingerprint"], speeds)
 
 
 def save(report: dict, path: Path | None) -> str:
@@ -162,7 +165,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--llama-bench", type=Path, help="a llama-bench binary (CUDA build)")
     p.add_argument("--llama-bench-json", type=Path,
                    help="a saved `llama-bench -o json` run, or a report of this bench with one")
-    p.add_argument("--backends", default="vulkan,numpy")
+    p.add_argument("--backends", default="vulkan,ggml", help="engine columns, of "
+                   "vulkan, ggml and numpy (ggml is what `auto` takes on a CPU)")
     p.add_argument("--prefill", help=f"prompt lengths (default {FULL['prefill']})")
     p.add_argument("--contexts", help=f"decode contexts (default {FULL['contexts']})")
     p.add_argument("--decode-tokens", type=int, help="decode steps per timed run")

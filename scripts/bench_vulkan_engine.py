@@ -1,4 +1,4 @@
-"""The Channel columns of scripts/bench_vulkan.py: one engine backend (vulkan or numpy), run in
+"""The Channel columns of scripts/bench_vulkan.py: one engine backend (vulkan, ggml or numpy), run
 its own process so that its resident memory is its own.
 
 Figures, each a median of `repeat` runs: prefill tok/s at each prompt length (the ingest alone,
@@ -69,6 +69,10 @@ def bench(backend_name: str, model_path: Path, cache_dir: Path, scratch: Path,
         if tuning:  # knobs a sweep chose on this device (scripts/device/pick_tuning.py)
             backend.tuning = dataclasses.replace(backend.tuning, **tuning)
         out["tuning"] = backend.tuning.__dict__
+    elif backend_name == "ggml":
+        from engine.backends.ggml.backend import GgmlBackend
+
+        backend = GgmlBackend()
     policy = RingPolicy()
     vocab = model.config.vocab_size
 

@@ -140,7 +140,8 @@ def _vulkan_on_cpu_device(info: DeviceInfo, cache_dir: Path | None,
                           fingerprint: str | None) -> bool:
     if current().allow_cpu_device:  # explicit opt-in for CPU devices
         return True
-    return measured_faster(info, cache_dir, fingerprint)
+    cpu_default = "ggml" if ggml_problem() is None else "numpy"
+    return measured_faster(info, cache_dir, fingerprint, cpu_default)
 
 
 def _numpy_note(problem: str, cache_dir: Path | None) -> str | None:

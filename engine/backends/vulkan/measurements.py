@@ -1,7 +1,11 @@
-"""Recorded decode speeds of Vulkan against numpy, per device and model, in the cache folder.
+"""Recorded decode speeds of Vulkan against the CPU backends, per device and model, in the
+cache folder.
 
 `--backend auto` takes a CPU Vulkan device (lavapipe) only where such a record says Vulkan
-decodes faster (engine/backends/select.py); scripts/bench_vulkan.py writes the records.
+decodes faster than the CPU backend `auto` would otherwise take (ggml, or numpy where ggml is
+not installed; engine/backends/select.py). A record without that backend's speed decides
+nothing: a Vulkan run measured against numpy says nothing about ggml, which is ~3x faster.
+scripts/bench_vulkan.py writes the records.
 """
 
 from __future__ import annotations
@@ -19,12 +23,15 @@ def device_key(info: DeviceInfo) -> str:
     return f"{info.name} | {info.driver}"
 
 
-def measured_faster(info: DeviceInfo, cache_dir: Path | None, fingerprint: str | None) -> bool:
-    """Whether a record for this device and model says Vulkan decodes faster than numpy."""
+def measured_faster(info: DeviceInfo, cache_dir: Path | None, fingerprint: str | None,
+                    cpu_backend: str) -> bool:
+    """Whether a record for this device and model says Vulkan decodes faster than
+    `cpu_backend` ("ggml" or "numpy")."""
     if cache_dir is None or fingerprint is None:
         return False
-    record = read_measurements(cache_dir).get(device_key(info), {}).get(fingerprint)
-    return bool(record) and record["vulkan_tok_s"] > record["numpy_tok_s"]
+    record = read_measurements(cache_dir).get(device_key(info), {}).get(fingerprint) or {}
+    theirs = record.get(f"{cpu_backend}_tok_s")
+    return isinstance(theirs, (int, float)) and record.get("vulkan_tok_s", 0) > theirs
 
 
 def read_measurements(cache_dir: Path) -> dict:
@@ -36,10 +43,11 @@ def read_measurements(cache_dir: Path) -> dict:
 
 
 def record_measurement(cache_dir: Path, info: DeviceInfo, fingerprint: str,
-                       vulkan_tok_s: float, numpy_tok_s: float) -> None:
-    """Remember decode speeds on this device and model, for `auto` to decide by."""
+                       speeds: dict[str, float]) -> None:
+    """Remember decode speeds on this device and model ({"vulkan": tok/s, "ggml": tok/s,
+    ...}), for `auto` to decide by."""
     path = Path(cache_dir) / MEASUREMENTS
     data = read_measurements(cache_dir)
     data.setdefault(device_key(info), {})[fingerprint] = {
-        "vulkan_tok_s": round(vulkan_tok_s, 2), "numpy_tok_s": round(numpy_tok_s, 2)}
+        f"{name}_tok_s": round(rate, 2) for name, rate in speeds.items()}
     write_atomically(path, json.dumps(data, indent=1).encode())
