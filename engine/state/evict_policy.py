@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..model.config import RingPolicy
+from ..model.config import ModelConfig, RingPolicy
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,15 @@ class TurnSpans:
 
     firsts: np.ndarray  # (turns,) int64
     tokens: np.ndarray  # (turns,) int64
+
+
+# How the policies' rule reads on the device: shaders/mass.comp's SCORE_MODE.
+SCORE_MODES = {"h2o": 1, "tova": 2}  # the rest: 0, decayed
+
+
+def score_scale(cfg: ModelConfig) -> float:
+    """A pass adds 1.0 of mass per query token, layer and head: this makes it per token."""
+    return 1.0 / (cfg.n_layers * cfg.n_heads)
 
 
 def update_scores(policy: RingPolicy, scores: np.ndarray, mass: np.ndarray, n: int,

@@ -33,7 +33,7 @@ from .arena import (
     TURNS,
     StateArena,
 )
-from .evict_policy import TurnSpans, choose_victims, update_scores
+from .evict_policy import TurnSpans, choose_victims, score_scale, update_scores
 
 
 class RingFullError(ValueError):
@@ -146,8 +146,11 @@ class KVRing:
             self._rebase()
         return SlotSpan(self.n_active, count, self.next_pos)
 
-    def commit(self, span: SlotSpan, mass: np.ndarray, *, anchors: bool = False) -> None:
-        """Make a reserved span live. `mass` (n_active + count,) is the pass's attention mass."""
+    def commit(self, span: SlotSpan, mass: np.ndarray, *, anchors: bool = False,
+               scored: bool = False) -> None:
+        """Make a reserved span live. `mass` (n_active + count,) is the pass's attention mass;
+        `scored`: the backend already folded it into `slot_salience` by the policy's rule
+        (update_scores), on the device, where reading the arena back would cost more."""
         v = self.arena.views().check()
         c = v.ring_counters
         n, k = int(c[N_ACTIVE]), span.count
@@ -155,9 +158,9 @@ class KVRing:
             raise ValueError(f"stale slot span {span} (ring now holds {n} slots)")
         if anchors and int(c[N_ANCHORS]) != n:
             raise ValueError("anchors must be the first tokens of a conversation")
-        # One pass adds 1.0 of mass per query token, layer and head; normalise to per token.
-        scale = 1.0 / (self.cfg.n_layers * self.cfg.n_heads)
-        update_scores(self.policy, v.slot_salience[: n + k], mass[: n + k], n, k, scale)
+        if not scored:
+            update_scores(self.policy, v.slot_salience[: n + k], mass[: n + k], n, k,
+                          score_scale(self.cfg))
         v.slot_active[n : n + k] = 1
         np.add(v.slot_index[:k], span.pos, out=v.slot_pos[n : n + k])
         np.add(v.slot_index[:k], int(c[CLOCK]) + 1, out=v.slot_clock[n : n + k], casting="unsafe")

@@ -43,7 +43,7 @@ class VulkanForward:
         prows = max(cfg.n_layers * cfg.n_heads, cfg.n_heads * self.chunk)
         self.res = ConversationResources(pipes, weights, cfg, ring.arena, arena_buf,
                                          self.chunk, prows, tuning)
-        self.recorder = PassRecorder(pipes, weights, self.res, cfg, ring.policy.max_slots, tuning)
+        self.recorder = PassRecorder(pipes, weights, self.res, cfg, ring.policy, tuning)
         self._passes: dict[PassShape, Submission] = {}
         self._staging: DeviceBuffer | None = None
         self.dispatch_counts: dict[PassShape, int] = {}
@@ -95,7 +95,7 @@ class VulkanForward:
         self.res.tokens[0] = token
         self.res.set_step(1, span.start, span.pos)
         self._decode.run()
-        self.ring.commit(span, v.mass)
+        self.ring.commit(span, v.mass, scored=True)  # the pass folded mass into the scores
         return self._logits(v)
 
     def _logits(self, v) -> np.ndarray:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...model.config import ModelConfig
+from ...model.config import ModelConfig, RingPolicy
+from ...state.evict_policy import SCORE_MODES, score_scale
 from ...state.layout import ceil_div
 from .pipelines import PUSH_WORDS, Pipelines
 from .prefill import mass_pass, record_attention, record_product
@@ -33,9 +34,13 @@ class PassShape:
 
 class PassRecorder:
     def __init__(self, pipes: Pipelines, weights: DeviceWeights, res: ConversationResources,
-                 cfg: ModelConfig, slots: int, tuning: Tuning):
+                 cfg: ModelConfig, policy: RingPolicy, tuning: Tuning):
         self.pipes, self.w, self.res, self.cfg, self.t = pipes, weights, res, cfg, tuning
         self.v = pipes.ctx.vk
+        slots = policy.max_slots
+        # Decode's tail folds the mass into the ring's scores by the policy's rule.
+        self.scores = {"SCORE_MODE": SCORE_MODES.get(policy.evict, 0),
+                       "DECAY": policy.salience_decay, "SCORE_SCALE": score_scale(cfg)}
         self.common = {
             "D": cfg.d_model, "HD": cfg.head_dim, "NH": cfg.n_heads, "NKV": cfg.n_kv_heads,
             "F": cfg.ffn_dim, "S": slots, "PROWS": res.prows, "EPS": cfg.rms_eps,
@@ -156,12 +161,13 @@ class PassRecorder:
                          out_off=0)
             self._barrier()
         if shape.decode:
-            # Every layer's mass from its split factors (2), and the greedy argmax in one more
-            # workgroup (4): the tail of the step is one dispatch.
+            # Every layer's mass from its split factors (2), folded into the ring's scores (16),
+            # and the greedy argmax in one more workgroup (4): the tail of the step is one
+            # dispatch, and the CPU reads nothing of the arena back.
             rows, per_wg = cfg.n_layers * cfg.n_heads, sw // self.t.mass_split
-            self._dispatch("mass", {"WG": sw, "SPLIT": self.t.mass_split},
+            self._dispatch("mass", {"WG": sw, "SPLIT": self.t.mass_split, **self.scores},
                            (ceil_div(slots, per_wg) + int(shape.logits), 1), p_row0=0,
-                           count=rows, flags=2 | 4 * int(shape.logits), per_t=rows)
+                           count=rows, flags=2 | 4 * int(shape.logits) | 16, per_t=rows)
         elif shape.logits:
             # Greedy support: a few microseconds, so every logits pass carries it.
             self._dispatch("argmax", {"WG": self.pipes.ctx.subgroup_size}, (1, 1))

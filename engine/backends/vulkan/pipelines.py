@@ -21,8 +21,9 @@ SPEC_IDS = {
     "D": 9, "HD": 10, "NH": 11, "NKV": 12, "F": 13, "S": 14, "PROWS": 15, "EPS": 16,
     "COS_OFF": 17, "SIN_OFF": 18, "NL": 19, "V": 20,
     "SPLIT_SLOTS": 21, "MAX_SPLITS": 22, "PV_TILE": 23, "PREFILL_SPLITS": 24,  # split.glsl
+    "SCORE_MODE": 25, "DECAY": 26, "SCORE_SCALE": 27,  # mass.comp's score update
 }
-FLOAT_SPECS = frozenset({"EPS"})
+FLOAT_SPECS = frozenset({"EPS", "DECAY", "SCORE_SCALE"})
 PUSH_WORDS = 10  # uint fields of common.glsl's Push block
 
 # Binding number -> descriptor type: 0 texel (uniform texel buffer), 1 storage buffer.
@@ -30,7 +31,8 @@ TEXEL, STORAGE = 0, 1
 BINDINGS = {0: TEXEL, 1: TEXEL, 2: STORAGE, 3: STORAGE, 4: STORAGE, 5: TEXEL, 6: STORAGE,
             7: TEXEL, 8: STORAGE, 9: STORAGE, 10: STORAGE, 11: STORAGE, 12: STORAGE,
             13: STORAGE, 14: STORAGE, 15: TEXEL, 16: TEXEL, 17: STORAGE,
-            18: STORAGE, 19: STORAGE}  # 18-19: shaders/split.glsl
+            18: STORAGE, 19: STORAGE,  # 18-19: shaders/split.glsl
+            20: STORAGE}  # mass.comp: the arena's slot_salience
 SHADERS = ("matmul", "embed", "attention", "mass", "rmsnorm", "rope_rebase", "argmax",
            "attention_split", "matmul_tiled", "matmul_coopmat", "attention_prefill")
 

@@ -128,6 +128,7 @@ class ConversationResources:
             13: region("rebase_cos"), 14: region("rebase_sin"),
             15: (whole(self.act), RGBA32_SFLOAT, 16), 16: (whole(weights.vec), RGBA32_SFLOAT, 16),
             17: whole(self.out_buf), 18: whole(self.splits), 19: whole(self.counters),
+            20: region("slot_salience"),
         }
         writes = []
         self._keep = []
