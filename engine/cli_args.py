@@ -79,7 +79,9 @@ def backend_and_model(args: argparse.Namespace):
     """The backend for --backend and the model loaded for it. `auto` moves to the CPU when
     the model's architecture is one the GPU backend does not implement."""
     from .backends.select import fit_to_model
+    from .model.model import checked_model_path
 
+    checked_model_path(opt(args, "model"))  # a bad file: its one-line error, nothing else
     choice = pick_backend(args)
     model = load_model_with_progress(args, choice.backend)
     fitted = fit_to_model(choice, opt(args, "backend", "auto"), model.config, cache_dir(args))

@@ -58,18 +58,26 @@ class Model:
     image_built: bool = False
 
 
-def load_model(path: str | Path | None = None, cache_dir: str | Path | None = None,
-               progress: Progress | None = None, f32_weights: bool = True) -> Model:
-    """Load a GGUF (default: the shipped SmolLM2) through the cache."""
+def checked_model_path(path: str | Path | None = None) -> Path:
+    """The GGUF at `path` (default: the shipped SmolLM2), checked to be a file that starts
+    with GGUF's magic: the cheap checks, which raise the named one-line errors before any
+    other work (a backend's choice, its notes) is done for a file that cannot load."""
     path = Path(path).expanduser() if path is not None else default_model_path()
-    cache = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / "weights"
-    timings: dict[str, float] = {}
-    t0 = time.perf_counter()
     if not path.is_file():
         open_model(path)  # raises the named not-found error
     with open(path, "rb") as f:
         if f.read(4) != GGUF_MAGIC:
             open_model(path)  # raises the named not-a-GGUF error
+    return path
+
+
+def load_model(path: str | Path | None = None, cache_dir: str | Path | None = None,
+               progress: Progress | None = None, f32_weights: bool = True) -> Model:
+    """Load a GGUF (default: the shipped SmolLM2) through the cache."""
+    cache = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / "weights"
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    path = checked_model_path(path)
     fingerprint = fingerprint_file(path)
     timings["fingerprint_s"] = time.perf_counter() - t0
 
