@@ -63,7 +63,9 @@ layout(std430, binding = 10) readonly buffer Params {
     uint n0;     // first slot the pass writes
     uint pos0;   // RoPE position of that slot
     uint N;      // slots live once the pass is done (n0 + C)
-    uint pad0, pad1, pad2, pad3;
+    float decay_c;  // the ring policy's salience decay ** C, as numpy rounds it (mass.comp)
+    float inv_c;    // 1 / C, likewise
+    uint pad2, pad3;
     int tokens[];  // [C] token ids
 } prm;
 layout(std430, binding = 11) buffer Probs { float probs[]; };   // [PROWS, S] then [PROWS] 1/sum

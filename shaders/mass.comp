@@ -10,9 +10,10 @@
 // loads), and meet in shared memory.
 // flags & 1 adds to mass instead of overwriting it; flags & 4 adds one workgroup, the last,
 // that computes the device argmax of the logits instead (decode's tail, one dispatch).
-// flags & 16 (decode): also fold the step's mass into the ring's scores, as KVRing.commit's
-// update_scores does for one new token, so the CPU never reads the arena back: on a discrete
-// GPU the arena is BAR memory the CPU reads uncached (1.2 ms a step at 2000 slots on an H200).
+// flags & 16 (decode's tail, a prefill pass's last layer): also fold the pass's mass into the
+// ring's scores, as KVRing.commit's update_scores does for C new tokens, so the CPU never
+// reads the arena back: on a discrete GPU the arena is BAR memory the CPU reads uncached
+// (1.2 ms a step at 2000 slots on an H200).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -25,8 +26,8 @@ layout(local_size_x_id = 0) in;
 
 // The ring policy's score rule (engine/state/evict_policy.py:update_scores), for flags & 16.
 layout(constant_id = 25) const uint SCORE_MODE = 0;  // 0 decayed, 1 accumulated (h2o), 2 tova
-layout(constant_id = 26) const float DECAY = 1.0;     // salience_decay per ingested token
 layout(constant_id = 27) const float SCORE_SCALE = 1.0;  // 1 / (layers * heads)
+// The decay for the pass's C tokens comes with the step (prm.decay_c).
 layout(std430, binding = 20) buffer Scores { float scores[]; };  // arena slot_salience [S]
 
 const uint SLOTS = WG / SPLIT;  // slots per workgroup
@@ -38,28 +39,43 @@ void main() {
         argmax_logits();
         return;
     }
+    if (gl_WorkGroupID.x * SLOTS >= prm.N) return;  // no live slot here: the whole group
     uint lid = gl_LocalInvocationID.x, part = lid / SLOTS;
     uint s = gl_WorkGroupID.x * SLOTS + lid % SLOTS;
-    float total = 0.0;
+    // MU rows at a time, each with its own sum, so that MU loads are in flight: a chain of
+    // single dependent loads is what bounded this pass (70 us a prefill layer on an H200).
+    const uint MU = 4;
+    float acc[MU];
+    [[unroll]] for (uint u = 0; u < MU; u++) acc[u] = 0.0;
     if (s < prm.N) {
         if ((pc.flags & 2u) != 0u) {
             uint sp = s / split_len(prm.N);
-            for (uint r = part; r < pc.count; r += SPLIT) {
-                uint row = pc.p_row0 + r;
-                total += probs[row * S + s] * splits[SP_FAC + row * MAX_SPLITS + sp];
+            for (uint r0 = part; r0 < pc.count; r0 += MU * SPLIT) {
+                [[unroll]] for (uint u = 0; u < MU; u++) {
+                    uint r = r0 + u * SPLIT, row = pc.p_row0 + r;
+                    if (r < pc.count) {
+                        acc[u] += probs[row * S + s] * splits[SP_FAC + row * MAX_SPLITS + sp];
+                    }
+                }
             }
         } else {
             uint first = s > prm.n0 ? (s - prm.n0) * pc.per_t : 0;  // rows of earlier tokens: no
             uint rows = min(pc.count, prm.C * pc.per_t);  // rows past C: stale, from a longer pass
             bool runs = (pc.flags & 8u) != 0u;
             uint run = runs ? s / prefill_run_len(prm.N) : 0;
-            for (uint r = first + part; r < rows; r += SPLIT) {
-                uint row = pc.p_row0 + r;
-                float f = runs ? splits[PF_FAC + row * PREFILL_SPLITS + run] : probs[PROWS * S + row];
-                total += probs[row * S + s] * f;
+            for (uint r0 = first + part; r0 < rows; r0 += MU * SPLIT) {
+                [[unroll]] for (uint u = 0; u < MU; u++) {
+                    uint r = r0 + u * SPLIT, row = pc.p_row0 + r;
+                    if (r < rows) {
+                        float f = runs ? splits[PF_FAC + row * PREFILL_SPLITS + run]
+                                       : probs[PROWS * S + row];
+                        acc[u] += probs[row * S + s] * f;
+                    }
+                }
             }
         }
     }
+    float total = (acc[0] + acc[1]) + (acc[2] + acc[3]);
     if (SPLIT > 1) {
         red[lid] = total;
         barrier();
@@ -67,11 +83,12 @@ void main() {
         for (uint k = 1; k < SPLIT; k++) total += red[k * SLOTS + lid];
     }
     if (s >= prm.N) return;
-    if ((pc.flags & 16u) != 0u) {  // one query: mass scaled to per token, then the rule
-        float m = total * SCORE_SCALE;
+    if ((pc.flags & 16u) != 0u) {  // the pass's last mass: scaled per token, then the rule
+        float m = ((pc.flags & 1u) != 0u ? mass[s] + total : total) * SCORE_SCALE;
         mass[s] = m;
-        if (SCORE_MODE == 2u || s >= prm.n0) scores[s] = m;  // tova, or the new slot
-        else scores[s] = (SCORE_MODE == 1u ? scores[s] : scores[s] * DECAY) + m;
+        if (SCORE_MODE == 2u) scores[s] = m * prm.inv_c;  // tova: the mean over the queries
+        else if (s >= prm.n0) scores[s] = m;  // a new slot
+        else scores[s] = (SCORE_MODE == 1u ? scores[s] : scores[s] * prm.decay_c) + m;
         return;
     }
     mass[s] = (pc.flags & 1u) != 0u ? mass[s] + total : total;

@@ -47,13 +47,16 @@ uint split_count(uint n) {
 // With PREFILL_SPLITS > 1 a chunk's query tile attends its slots in up to that many runs, one
 // workgroup each; the last run of a tile to finish folds them (counters[query head, tile]).
 layout(constant_id = 24) const uint PREFILL_SPLITS = 1;  // most runs per query tile (1: none)
+layout(constant_id = 28) const uint PREFILL_RUN_TILES = 1;  // fewest tiles a run holds
 const uint PF_TILE = 32;  // slots per key/value tile of attention_prefill.comp
 
 // Runs are whole tiles and depend only on the chunk's live count n (prm.N), not on the query
 // tile (which sees fewer slots if earlier), so mass.comp finds a slot's run from the slot.
+// A run holds at least PREFILL_RUN_TILES tiles: a short context stays one run, which is
+// faster there (no fold), and a long one splits (tuning.prefill_runs mirrors this).
 uint prefill_run_len(uint n) {
     uint tiles = (n + PF_TILE - 1) / PF_TILE;
-    return PF_TILE * ((tiles + PREFILL_SPLITS - 1) / PREFILL_SPLITS);
+    return PF_TILE * max((tiles + PREFILL_SPLITS - 1) / PREFILL_SPLITS, PREFILL_RUN_TILES);
 }
 
 // Regions of `splits` for probability row `row` of the chunk (the decode regions above are

@@ -17,7 +17,7 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 from engine.backends.vulkan.prefill import product_tile, tiled
-from engine.backends.vulkan.tuning import CPU, GPU
+from engine.backends.vulkan.tuning import CPU, GPU, prefill_runs
 from engine.model.config import RingPolicy
 from engine.state.conversation import Conversation
 from engine.state.sampler import SamplingSettings
@@ -155,20 +155,25 @@ def test_gpu_products_both_kinds(tmp_path_factory, vk_gpu, backend_with, coopmat
     assert_same_state(vk, ref, len(ids))
 
 
-@pytest.mark.parametrize("queries,splits", [(16, 1), (8, 3), (4, 16)])
+@pytest.mark.parametrize("queries,splits,run_tiles,runs", [
+    (16, 1, 1, 1), (8, 3, 1, 3), (4, 16, 1, 8), (4, 16, 3, 3), (16, 16, 8, 1)])
 def test_attention_query_tiles_and_slot_runs(tmp_path_factory, backend_with, queries,
-                                             splits) -> None:
-    """prefill_queries and prefill_splits: one workgroup per query tile (splits 1), or runs of
-    slots folded by the last to finish (3 runs of 96 slots, or up to 8 of 32, at 232 live
-    slots), through eviction and grouped heads; salience must stay numpy's."""
+                                             splits, run_tiles, runs) -> None:
+    """prefill_queries, prefill_splits and prefill_run_tiles: one workgroup per query tile
+    (splits 1), or runs of slots folded by the last to finish (at 232 live slots: 3 runs of
+    96, 8 of 32, 3 of at least 3 tiles, or one where a run must hold 8 tiles), through
+    eviction and grouped heads; salience must stay numpy's."""
     model = tiny(tmp_path_factory, QT.Q8_0, d_model=96, n_heads=3, n_kv_heads=1, ffn_dim=96,
                  seed=5)
     policy = RingPolicy(max_slots=232, recent_window=8, evict_batch=16, prefill_chunk=64)
     vocab = model.config.vocab_size
     chunks = [prompt(n, 30 + n, vocab) for n in (64, 61, 64, 41, 64, 37)]  # 331 tokens
-    backend, grids = backend_with(replace(GPU, prefill_queries=queries, prefill_splits=splits)), []
+    tuning = replace(GPU, prefill_queries=queries, prefill_splits=splits,
+                     prefill_run_tiles=run_tiles)
+    backend, grids = backend_with(tuning), []
     vk, ref, _ = run_pair(model, backend, chunks, policy=policy, grids=grids)
     assert ref.ring.evicted > 0
+    assert prefill_runs(tuning, ref.ring.n_active)[1] == runs
     # Every chunk is a 64-token bucket: 3 heads x query tiles x runs.
     attention = {groups for shader, groups in grids if shader == "attention_prefill"}
     assert attention == {(3, 64 // queries, splits)}

@@ -28,10 +28,12 @@ ChunkPass = Callable[[SlotSpan, Sequence[int], bool], None]  # (span, chunk, is 
 
 def prefill_in_chunks(ring: KVRing, tokens: Sequence[int], chunk_limit: int,
                       run_chunk: ChunkPass, *, anchors: bool = False,
-                      should_stop: Callable[[], bool] | None = None) -> bool:
+                      should_stop: Callable[[], bool] | None = None,
+                      scored: bool = False) -> bool:
     """Every backend's prefill loop: reserve ring slots for a chunk of at most `chunk_limit`
     tokens, run the backend's pass over it, commit it. `should_stop` is polled between chunks;
-    a stop leaves every committed chunk in place and returns False."""
+    a stop leaves every committed chunk in place and returns False. `scored`: the pass folds
+    its mass into the ring's scores itself (KVRing.commit)."""
     if not tokens:
         raise ValueError("prefill needs at least one token")
     limit = min(chunk_limit, ring.max_admit())
@@ -43,7 +45,7 @@ def prefill_in_chunks(ring: KVRing, tokens: Sequence[int], chunk_limit: int,
         chunk = tokens[start : start + limit]
         span = ring.reserve(len(chunk))
         run_chunk(span, chunk, start + limit >= len(tokens))
-        ring.commit(span, ring.arena.views().mass, anchors=anchors)
+        ring.commit(span, ring.arena.views().mass, anchors=anchors, scored=scored)
     return True
 
 

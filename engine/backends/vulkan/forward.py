@@ -20,6 +20,7 @@ from ..base import HiddenCallback, prefill_in_chunks
 from .buffers import DeviceBuffer, readback_buffer
 from .passes import PassRecorder, PassShape
 from .pipelines import Pipelines
+from .profiler import DispatchTimer
 from .resources import ConversationResources
 from .submit import Submission
 from .tuning import Tuning
@@ -38,6 +39,7 @@ class VulkanForward:
         self.ring, self.cfg, self.pipes, self.tuning = ring, cfg, pipes, tuning
         self.ctx = pipes.ctx
         self.chunk = max(1, min(ring.policy.prefill_chunk, tuning.prefill_chunk))
+        self.decay = ring.policy.salience_decay
         # Probability rows: every layer's heads for one decoded token, or one layer's heads for
         # every token of a prefill chunk.
         prows = max(cfg.n_layers * cfg.n_heads, cfg.n_heads * self.chunk)
@@ -60,6 +62,19 @@ class VulkanForward:
             sub = self._passes[shape] = Submission(self.ctx, cb)
         return sub
 
+    def _run(self, sub: Submission) -> None:
+        sub.run()
+        if self.recorder.timer is not None:
+            self.recorder.timer.submitted(sub.command_buffer)
+
+    def set_timer(self, timer: DispatchTimer | None) -> None:
+        """Measure (or stop measuring) every dispatch's device time: the passes are recorded
+        again, with a timestamp after each dispatch (profiler.py). Not for serving."""
+        _retire(self.ctx, self._passes)
+        self._passes.clear()
+        self.recorder.timer = timer
+        self._decode = self._pass(PassShape(1, decode=True, logits=True, hidden=False))
+
     def _bucket(self, count: int) -> int:
         """Chunk sizes are recorded in powers of two, capped at the chunk size."""
         b = 1
@@ -78,13 +93,14 @@ class VulkanForward:
             shape = PassShape(self._bucket(len(chunk)), decode=False, logits=last,
                               hidden=on_hidden is not None)
             self.res.tokens[: len(chunk)] = chunk
-            self.res.set_step(len(chunk), span.start, span.pos)
-            self._pass(shape).run()
+            self.res.set_step(len(chunk), span.start, span.pos, self.decay)
+            self._run(self._pass(shape))
             if on_hidden is not None:
                 on_hidden(self.res.hidden[: len(chunk)])
 
+        # Each pass's last mass dispatch folds it into the ring's scores (scored).
         done = prefill_in_chunks(self.ring, tokens, self.chunk, run, anchors=anchors,
-                                 should_stop=should_stop)
+                                 should_stop=should_stop, scored=True)
         return self._logits(self.ring.arena.views()) if done else None
 
     # -- decode ---------------------------------------------------------------------------
@@ -93,8 +109,8 @@ class VulkanForward:
         span = self.ring.reserve(1)
         v = self.ring.arena.views().check()
         self.res.tokens[0] = token
-        self.res.set_step(1, span.start, span.pos)
-        self._decode.run()
+        self.res.set_step(1, span.start, span.pos, self.decay)
+        self._run(self._decode)
         self.ring.commit(span, v.mass, scored=True)  # the pass folded mass into the scores
         return self._logits(v)
 

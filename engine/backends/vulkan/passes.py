@@ -17,11 +17,13 @@ from ...state.evict_policy import SCORE_MODES, score_scale
 from ...state.layout import ceil_div
 from .pipelines import PUSH_WORDS, Pipelines
 from .prefill import mass_pass, record_attention, record_product
+from .profiler import DispatchTimer
 from .resources import ConversationResources
 from .tuning import Tuning, matmul_tokens
 from .weights import DeviceWeights, Matrix
 
 MODE_STORE, MODE_QKV, MODE_RESID, MODE_GATEUP, MODE_LOGITS = 0, 1, 2, 3, 4
+MODE_NAMES = ("store", "qkv", "resid", "gateup", "logits")
 
 
 @dataclass(frozen=True)
@@ -39,17 +41,20 @@ class PassRecorder:
         self.v = pipes.ctx.vk
         slots = policy.max_slots
         # Decode's tail folds the mass into the ring's scores by the policy's rule.
+        # The decay for a pass's C tokens comes with each step (resources.set_step).
         self.scores = {"SCORE_MODE": SCORE_MODES.get(policy.evict, 0),
-                       "DECAY": policy.salience_decay, "SCORE_SCALE": score_scale(cfg)}
+                       "SCORE_SCALE": score_scale(cfg)}
         self.common = {
             "D": cfg.d_model, "HD": cfg.head_dim, "NH": cfg.n_heads, "NKV": cfg.n_kv_heads,
             "F": cfg.ffn_dim, "S": slots, "PROWS": res.prows, "EPS": cfg.rms_eps,
             "COS_OFF": weights.cos_off, "SIN_OFF": weights.sin_off, "NL": cfg.n_layers,
             "V": cfg.vocab_size, "SPLIT_SLOTS": tuning.split_slots,
             "MAX_SPLITS": tuning.max_splits, "PV_TILE": int(tuning.pv_tile),
-            "PREFILL_SPLITS": tuning.prefill_splits,
+            "PREFILL_SPLITS": tuning.prefill_splits, "PREFILL_RUN_TILES": tuning.prefill_run_tiles,
         }
         self.dispatches = 0
+        self.timer: DispatchTimer | None = None  # set: record() stamps every dispatch
+        self._timing: DispatchTimer | None = None  # the timer of the recording under way
 
     # -- command buffer plumbing ----------------------------------------------------------
     def record(self, cb, shape: PassShape) -> int:
@@ -59,6 +64,9 @@ class PassRecorder:
         v.vkBeginCommandBuffer(cb, v.VkCommandBufferBeginInfo())
         v.vkCmdBindDescriptorSets(cb, v.VK_PIPELINE_BIND_POINT_COMPUTE, self.pipes.layout, 0, 1,
                                   [self.res.set], 0, None)
+        self._timing = self.timer
+        if self._timing is not None:
+            self._timing.begin(cb)
         self._forward(shape)
         res = self.res
         if shape.logits and res.logits_host is not None:
@@ -67,6 +75,8 @@ class PassRecorder:
             offset, nbytes = res.logits_region
             v.vkCmdCopyBuffer(cb, res.arena_buf.handle, res.logits_buf.handle, 1,
                               [v.VkBufferCopy(srcOffset=offset, size=nbytes)])
+            if self._timing is not None:
+                self._timing.mark("copy:logits")
         barrier = v.VkMemoryBarrier(
             srcAccessMask=v.VK_ACCESS_SHADER_WRITE_BIT | v.VK_ACCESS_TRANSFER_WRITE_BIT,
             dstAccessMask=v.VK_ACCESS_HOST_READ_BIT)
@@ -74,6 +84,7 @@ class PassRecorder:
             cb, v.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | v.VK_PIPELINE_STAGE_TRANSFER_BIT,
             v.VK_PIPELINE_STAGE_HOST_BIT, 0, 1, [barrier], 0, None, 0, None)
         v.vkEndCommandBuffer(cb)
+        self._timing = None
         return self.dispatches
 
     def _dispatch(self, shader: str, spec: dict, groups: tuple[int, ...], **push: int) -> None:
@@ -89,6 +100,9 @@ class PassRecorder:
         x, y, z = (*groups, 1)[:3]
         v.vkCmdDispatch(self.cb, max(1, x), max(1, y), max(1, z))
         self.dispatches += 1
+        if self._timing is not None:
+            mode = f":{MODE_NAMES[spec['MODE']]}:K{spec['K']}" if "MODE" in spec else ""
+            self._timing.mark(shader + mode)
 
     def _barrier(self, dst_access: int | None = None, dst_stage: int | None = None) -> None:
         """Shader writes before this point are visible to what follows (shaders by default)."""
@@ -142,10 +156,12 @@ class PassRecorder:
                                in_off=a.q, out_off=a.attn, layer=i, p_row0=0)
             self._barrier()
             if not shape.decode:  # runs beside wo: both only read what attention wrote
+                # The last layer's also folds the pass's mass into the ring's scores (16).
                 spec, groups, runs = mass_pass(self.t, shape, slots, sw)
-                self._dispatch("mass", spec, groups, p_row0=0,
-                               count=shape.bucket * cfg.n_heads, flags=int(i > 0) | runs,
-                               per_t=cfg.n_heads)
+                last = i == cfg.n_layers - 1
+                self._dispatch("mass", {**spec, **self.scores}, groups, p_row0=0,
+                               count=shape.bucket * cfg.n_heads,
+                               flags=int(i > 0) | runs | 16 * int(last), per_t=cfg.n_heads)
             self._matmul(shape, MODE_RESID, lw.wo, norm=None, in_off=a.attn, out_off=a.x)
             self._barrier()
             self._matmul(shape, MODE_GATEUP, lw.gate_up, norm=lw.ffn_norm, in_off=a.x,
@@ -170,4 +186,4 @@ class PassRecorder:
                            count=rows, flags=2 | 4 * int(shape.logits) | 16, per_t=rows)
         elif shape.logits:
             # Greedy support: a few microseconds, so every logits pass carries it.
-            self._dispatch("argmax", {"WG": self.pipes.ctx.subgroup_size}, (1, 1))
+            self._dispatch("argmax", {"WG": self.t.small_wg}, (1, 1))

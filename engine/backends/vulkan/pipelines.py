@@ -21,9 +21,10 @@ SPEC_IDS = {
     "D": 9, "HD": 10, "NH": 11, "NKV": 12, "F": 13, "S": 14, "PROWS": 15, "EPS": 16,
     "COS_OFF": 17, "SIN_OFF": 18, "NL": 19, "V": 20,
     "SPLIT_SLOTS": 21, "MAX_SPLITS": 22, "PV_TILE": 23, "PREFILL_SPLITS": 24,  # split.glsl
-    "SCORE_MODE": 25, "DECAY": 26, "SCORE_SCALE": 27,  # mass.comp's score update
+    "SCORE_MODE": 25, "SCORE_SCALE": 27,  # mass.comp's score update (26: retired)
+    "PREFILL_RUN_TILES": 28,  # split.glsl
 }
-FLOAT_SPECS = frozenset({"EPS", "DECAY", "SCORE_SCALE"})
+FLOAT_SPECS = frozenset({"EPS", "SCORE_SCALE"})
 PUSH_WORDS = 10  # uint fields of common.glsl's Push block
 
 # Binding number -> descriptor type: 0 texel (uniform texel buffer), 1 storage buffer.

@@ -22,7 +22,7 @@ TILE_ROWS = 64  # weight rows per product tile (gate|up: 32 gate rows and their 
 COOPMAT_TOKENS = 64  # tokens per cooperative-matrix tile (the shader's 2 x 2 subgroup layout)
 COOPMAT_SUBGROUPS = 4
 ATTN_WG = 128  # a multiple of its 32-slot tiles; Tuning.prefill_queries x 32 scores: 1-4 each
-MASS_SLOTS, MASS_WG = 32, 256  # tiled chunks' mass.comp: 32 slots a workgroup, 8 rows at once
+MASS_SLOTS, MASS_WG = 8, 256  # tiled chunks' mass.comp: 8 slots a workgroup, 32 rows at once
 MASS_RUNS = 8  # mass.comp flag: rows' factors are per run of slots (attention_prefill's runs)
 
 

@@ -30,7 +30,7 @@ from .tuning import Tuning
 from .upload import fill_zero
 from .weights import DeviceWeights
 
-PARAM_WORDS = 8  # C, n0, pos0, N and padding, before the token ids (common.glsl Params)
+PARAM_WORDS = 8  # C, n0, pos0, N, decay_c, inv_c and padding, then token ids (common.glsl)
 
 
 @dataclass(frozen=True)
@@ -153,9 +153,13 @@ class ConversationResources:
         # Texel views belong to their buffers; the arena's also die with it, so hold the buffer.
         self.arena_buf = arena_buf
 
-    def set_step(self, count: int, n0: int, pos0: int) -> None:
+    def set_step(self, count: int, n0: int, pos0: int, decay: float) -> None:
+        """The pass's tokens: `count` of them from slot n0 at position pos0; `decay` is the
+        ring policy's salience decay per token (mass.comp folds scores on the device)."""
         h = self.header
         h[0], h[1], h[2], h[3] = count, n0, pos0, n0 + count
+        # As update_scores rounds them: a Python float scalar meets float32 arrays.
+        h[4:6] = np.array([decay**count, 1.0 / count], np.float32).view(np.uint32)
 
 
 def base_offset(arena: StateArena, arena_buf: DeviceBuffer) -> int:

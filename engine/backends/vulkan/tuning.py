@@ -37,12 +37,15 @@ class Tuning:
     # them all; more: runs of slots, folded by the last run to finish, see split.glsl).
     prefill_queries: int = 16
     prefill_splits: int = 1
+    prefill_run_tiles: int = 1  # fewest 32-slot tiles per run (shaders/split.glsl)
 
     def __post_init__(self) -> None:
         # attention_prefill.comp: its 128 invocations own whole columns of [queries, 32] scores.
-        if self.prefill_queries <= 0 or self.prefill_queries % 4 or self.prefill_splits < 1:
-            raise ValueError(f"prefill_queries must be a multiple of 4 and prefill_splits at "
-                             f"least 1: {self.prefill_queries}, {self.prefill_splits}")
+        if self.prefill_queries <= 0 or self.prefill_queries % 4 or self.prefill_splits < 1 \
+                or self.prefill_run_tiles < 1:
+            raise ValueError(f"prefill_queries must be a multiple of 4, prefill_splits and "
+                             f"prefill_run_tiles at least 1: {self.prefill_queries}, "
+                             f"{self.prefill_splits}, {self.prefill_run_tiles}")
 
     @property
     def rows_per_group(self) -> int:
@@ -65,8 +68,8 @@ CPU = Tuning(wg=32, rows=8, split=1, max_tokens=4, prefill_chunk=128, small_wg=3
 # well as 16-slot ones at every context (decode there is bound elsewhere, not by attention),
 # and prefill attention unsplit was 30% faster at 256 tokens and 11% slower at 2048.
 GPU = Tuning(wg=128, rows=2, split=16, max_tokens=4, prefill_chunk=256, small_wg=128,
-             split_slots=64, max_splits=64, pv_tile=True, mass_split=4,
-             tiled_from=16, coopmat=True, prefill_splits=1)
+             split_slots=64, max_splits=64, pv_tile=True, mass_split=16,
+             tiled_from=16, coopmat=True, prefill_splits=16, prefill_run_tiles=8)
 
 
 def tuning_for(ctx: Context) -> Tuning:
@@ -95,4 +98,12 @@ def split_runs(t: Tuning, n: int) -> tuple[int, int]:
     shaders/split.glsl's split_len and split_count, mirrored for tests and reports."""
     k = min(max(-(-n // t.split_slots), 1), t.max_splits)
     length = -(-n // k)
+    return length, -(-n // length)
+
+
+def prefill_runs(t: Tuning, n: int) -> tuple[int, int]:
+    """(slots per run, runs) of tiled prefill attention over n >= 1 live slots:
+    shaders/split.glsl's prefill_run_len, mirrored for tests and reports."""
+    tiles = -(-n // 32)
+    length = 32 * max(-(-tiles // t.prefill_splits), t.prefill_run_tiles)
     return length, -(-n // length)
