@@ -4,8 +4,7 @@ decode tok/s over the matrix-vector workgroup shapes. One JSON line per measurem
     python scripts/profile_vulkan.py [--model GGUF] [--contexts 16,2000,4000]
         [--prefill 256,2048] [--steps 32] [--variant wg=64,split=32 ...] [--tuning gpu|cpu]
 
-- `round_trip`: submitting an empty command buffer and waiting for it (the floor of any step),
-  with vkWaitForFences and with a spin on vkGetFenceStatus.
+- `round_trip`: submitting an empty command buffer and waiting for it (the floor of any step).
 - `decode`: per context, host ms per decode_one_token (untimed passes), the part of it spent
   in submit-and-wait, and the device's time per dispatch label (matmul:MODE:K, attention_split,
   mass, ...) summed over the step's layers, medians over --steps steps.
@@ -41,39 +40,20 @@ def emit(record: dict) -> None:
 
 
 def round_trip(ctx, count: int) -> dict:
-    """Microseconds to submit an empty command buffer and see its fence signalled."""
+    """Microseconds to submit an empty command buffer and see its fence signalled, as every
+    step does (Submission.run: polling on a GPU, blocking elsewhere)."""
     from engine.backends.vulkan.submit import Submission
 
     v = ctx.vk
     cb = ctx.command_buffers(1)[0]
     v.vkBeginCommandBuffer(cb, v.VkCommandBufferBeginInfo())
     v.vkEndCommandBuffer(cb)
-    sub = Submission(ctx, cb)
-    out = {}
-    for name, run in (("wait_us", sub.run), ("spin_us", lambda: spin_run(sub))):
-        times = []
-        for _ in range(count):
-            t0 = time.perf_counter()
-            run()
-            times.append(time.perf_counter() - t0)
-        out[name] = round(statistics.median(times) * 1e6, 1)
-    return out
-
-
-def spin_run(sub) -> None:
-    """Submission.run, polling the fence instead of blocking in vkWaitForFences."""
-    lib, ctx = sub._lib, sub.ctx
-    with ctx.lock:
-        rc = lib.vkQueueSubmit(ctx.queue, 1, sub._info, sub._fence[0])
-        while rc == 0:
-            rc = lib.vkGetFenceStatus(ctx.device, sub._fence[0])
-            if rc == 0:
-                break
-            if rc == 1:  # VK_NOT_READY
-                rc = 0
-        lib.vkResetFences(ctx.device, 1, sub._fence)
-    if rc != 0:
-        raise RuntimeError(f"Vulkan submission failed (VkResult {rc})")
+    sub, times = Submission(ctx, cb), []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        sub.run()
+        times.append(time.perf_counter() - t0)
+    return {"run_us": round(statistics.median(times) * 1e6, 1)}
 
 
 class RunClock:

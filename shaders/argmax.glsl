@@ -13,7 +13,7 @@ void argmax_logits() {
     uint at = 0xFFFFFFFFu;
     // AU independent loads in flight per lane: one at a time, a 128-lane workgroup spent
     // ~25 us on a 49152-word vocabulary on an H200 (a chain of dependent L2 round trips).
-    const uint AU = 8;
+    const uint AU = 32;
     for (uint base = 0; base < V; base += AU * WG) {
         float x[AU];
         [[unroll]] for (uint u = 0; u < AU; u++) {

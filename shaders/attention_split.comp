@@ -24,6 +24,7 @@ const uint H4 = HD / 4;
 const uint DL = WG < H4 ? WG : H4;
 const uint SG = WG / DL;
 const uint DPL = (H4 + DL - 1) / DL;  // vec4s per lane per head
+const uint PU = 4;  // slots (or splits, in the fold) whose loads a lane keeps in flight
 
 shared float tile[PV_TILE != 0 ? G * WG : 1];  // [G, WG] probabilities of one tile of slots
 shared vec4 red[SG > 1 ? G * DPL * WG : 1];     // [WG, G * DPL] slot groups' partial outputs
@@ -83,12 +84,23 @@ void pv_tiled(uint lane, uint s0, uint s1, uint row0, uint kbase) {
         }
         barrier();
         uint count = min(WG, s1 - base);
-        for (uint u = grp; u < count && grp < SG; u += SG) {
+        // PU slots' values in flight per lane (the same order of sums as one at a time): a
+        // loop of single loads waited out a memory round trip per slot (H200: most of a
+        // layer's 17 us at 16 slots).
+        for (uint u0 = grp; u0 < count && grp < SG; u0 += PU * SG) {
             [[unroll]] for (uint c = 0; c < DPL; c++) {
                 uint i = dl + c * DL;
                 if (i >= H4) break;
-                vec4 v = texelFetch(VT, int(kbase + (base + u) * (KVD / 4) + i));
-                [[unroll]] for (uint j = 0; j < G; j++) o[j * DPL + c] += tile[j * WG + u] * v;
+                vec4 v[PU];
+                [[unroll]] for (uint k = 0; k < PU; k++) {
+                    uint u = min(u0 + k * SG, count - 1);  // past the tile: loaded, not used
+                    v[k] = texelFetch(VT, int(kbase + (base + u) * (KVD / 4) + i));
+                }
+                [[unroll]] for (uint k = 0; k < PU; k++) {
+                    uint u = u0 + k * SG;
+                    if (u >= count) break;
+                    [[unroll]] for (uint j = 0; j < G; j++) o[j * DPL + c] += tile[j * WG + u] * v[k];
+                }
             }
         }
         barrier();  // the next tile overwrites `tile`
@@ -222,14 +234,23 @@ void main() {
     memoryBarrierBuffer();
     barrier();
     [[unroll]] for (uint i = 0; i < G * DPL; i++) o[i] = vec4(0.0);
-    for (uint k = grp; k < nsplit && grp < SG; k += SG) {
+    for (uint k0 = grp; k0 < nsplit && grp < SG; k0 += PU * SG) {
         [[unroll]] for (uint c = 0; c < DPL; c++) {
             uint i = dl + c * DL;
             if (i >= H4) break;
             [[unroll]] for (uint j = 0; j < G; j++) {
-                uint at = SP_OUT + ((head0 + j) * MAX_SPLITS + k) * HD + 4 * i;
-                vec4 r = vec4(splits[at], splits[at + 1], splits[at + 2], splits[at + 3]);
-                o[j * DPL + c] += r * splits[SP_FAC + (row0 + j) * MAX_SPLITS + k];
+                vec4 r[PU];
+                float f[PU];
+                [[unroll]] for (uint u = 0; u < PU; u++) {
+                    uint k = min(k0 + u * SG, nsplit - 1);  // past the last: loaded, not used
+                    uint at = SP_OUT + ((head0 + j) * MAX_SPLITS + k) * HD + 4 * i;
+                    r[u] = vec4(splits[at], splits[at + 1], splits[at + 2], splits[at + 3]);
+                    f[u] = splits[SP_FAC + (row0 + j) * MAX_SPLITS + k];
+                }
+                [[unroll]] for (uint u = 0; u < PU; u++) {
+                    if (k0 + u * SG >= nsplit) break;
+                    o[j * DPL + c] += r[u] * f[u];
+                }
             }
         }
     }

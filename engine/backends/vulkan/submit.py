@@ -7,7 +7,12 @@ conversion (~4.5 us a call) and its weak references (the structs live as long as
 
 from __future__ import annotations
 
+import time
+
 from .context import FENCE_TIMEOUT_NS, Context
+
+NOT_READY = 1  # VK_NOT_READY: the fence is not signalled yet
+SPIN_S = 0.005  # longer steps (a prefill chunk) block instead
 
 
 class Submission:
@@ -30,7 +35,20 @@ class Submission:
         with ctx.lock:
             rc = lib.vkQueueSubmit(ctx.queue, 1, self._info, self._fence[0])
             if rc == 0:
+                rc = self._poll(lib, ctx) if ctx.is_gpu else NOT_READY
+            if rc == NOT_READY:
                 rc = lib.vkWaitForFences(ctx.device, 1, self._fence, 1, FENCE_TIMEOUT_NS)
             lib.vkResetFences(ctx.device, 1, self._fence)
         if rc != 0:
             raise RuntimeError(f"Vulkan submission failed (VkResult {rc})")
+
+    def _poll(self, lib, ctx) -> int:
+        """The fence's status after polling it for up to SPIN_S: 0 signalled, NOT_READY (the
+        caller then blocks) or an error. A GPU's decode step takes about a millisecond, and
+        waking from vkWaitForFences cost ~27 us of it on an H200 (an empty submission: 40 us
+        blocking, 13 us polling). Not on a CPU device, whose cores lavapipe needs."""
+        deadline = time.perf_counter() + SPIN_S
+        rc = lib.vkGetFenceStatus(ctx.device, self._fence[0])
+        while rc == NOT_READY and time.perf_counter() < deadline:
+            rc = lib.vkGetFenceStatus(ctx.device, self._fence[0])
+        return rc
