@@ -19,10 +19,13 @@ sweep() {
         "$@" > "$OUT/sweep-$1.jsonl" 2> "$OUT/sweep-$1.log" || true
     say "sweep $1: $(wc -l < "$OUT/sweep-$1.jsonl") combinations x lengths"
 }
-sweep decode --split-slots 16,64 --max-splits 64,128 --pv-tile 1,0
-sweep prefill --prefill-splits 1,16 --prefill-queries 16,4 --coopmat 1,0
-python3 scripts/device/pick_tuning.py "$OUT/sweep-decode.jsonl" "$OUT/sweep-prefill.jsonl" \
-    > "$STATE/tuning.json" && cp "$STATE/tuning.json" "$OUT/" && say "tuning $(cat "$OUT/tuning.json")"
+# SWEEP=0 skips it: call 3 then benches tuning.GPU's defaults as they are.
+if [ "${SWEEP:-1}" != 0 ]; then
+    sweep decode --split-slots 16,64 --max-splits 64,128 --pv-tile 1,0
+    sweep prefill --prefill-splits 1,16 --prefill-queries 16,4 --coopmat 1,0
+    python3 scripts/device/pick_tuning.py "$OUT/sweep-decode.jsonl" "$OUT/sweep-prefill.jsonl" \
+        > "$STATE/tuning.json" && cp "$STATE/tuning.json" "$OUT/" && say "tuning $(cat "$OUT/tuning.json")"
+fi
 python3 scripts/bench_vulkan.py --model "$model" --cache-dir "$STATE/cache" --backends "" \
     --llama-bench "$STATE/llama/bin/llama-bench" --timeout 240 \
     --out "$OUT/llama-report.json" 2>&1 >/dev/null | tee "$OUT/llama-report.log"
