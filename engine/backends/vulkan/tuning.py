@@ -65,8 +65,10 @@ CPU = Tuning(wg=32, rows=8, split=1, max_tokens=4, prefill_chunk=128, small_wg=3
 # The attention knobs are what scripts/sweep_vulkan.py measured best on an H200 (2026-12-02,
 # best geometric mean over 16/2000/4000 slots and 256/2048-token prompts, docs/vulkan.md):
 # decode in 64-slot splits, at most 64 (a 2000-slot context: 32 splits per K/V head) did as
-# well as 16-slot ones at every context (decode there is bound elsewhere, not by attention),
-# and prefill attention unsplit was 30% faster at 256 tokens and 11% slower at 2048.
+# well as 16-slot ones at every context (scripts/profile_vulkan.py: 16-slot splits were
+# slower, 128-slot ones slower at 2000), and prefill attention unsplit was 30% faster at 256
+# tokens and 11% slower at 2048: hence runs of at least 8 tiles (256 slots), up to 16 of them.
+# mass_split 16: 17 of decode's 270 rows per invocation, loads of 4 in flight.
 GPU = Tuning(wg=128, rows=2, split=16, max_tokens=4, prefill_chunk=256, small_wg=128,
              split_slots=64, max_splits=64, pv_tile=True, mass_split=16,
              tiled_from=16, coopmat=True, prefill_splits=16, prefill_run_tiles=8)
