@@ -11,6 +11,7 @@ exactly what the step pays for it.
 from __future__ import annotations
 
 from collections import defaultdict
+from statistics import median
 
 from .context import Context
 
@@ -34,8 +35,7 @@ class DispatchTimer:
                 f"Vulkan device {ctx.info.name} has no timestamps on its compute queue")
         self.ctx, self.capacity = ctx, capacity
         self.ns_per_tick = float(props.limits.timestampPeriod)
-        self.mask = (1 << int(family.timestampValidBits)) - 1 if \
-            int(family.timestampValidBits) < 64 else (1 << 64) - 1
+        self.mask = (1 << min(int(family.timestampValidBits), 64)) - 1
         self.pool = v.vkCreateQueryPool(ctx.device, v.VkQueryPoolCreateInfo(
             queryType=QUERY_TYPE_TIMESTAMP, queryCount=capacity), None)
         self._labels: dict[object, list[str]] = {}  # per recorded command buffer
@@ -95,13 +95,7 @@ def summarize(samples: list[list[tuple[str, float]]]) -> dict[str, dict]:
             per_label[label].append(us)
         counts = {label: sum(1 for lab, _ in step if lab == label) for label in sums}
         totals.append(sum(us for _, us in step))
-    out = {label: {"dispatches": counts[label], "us": round(_median(v), 2)}
-           for label, v in sorted(per_label.items(), key=lambda kv: -_median(kv[1]))}
-    out["total"] = {"dispatches": sum(counts.values()), "us": round(_median(totals), 2)}
+    out = {label: {"dispatches": counts[label], "us": round(median(v), 2)}
+           for label, v in sorted(per_label.items(), key=lambda kv: -median(kv[1]))}
+    out["total"] = {"dispatches": sum(counts.values()), "us": round(median(totals), 2)}
     return out
-
-
-def _median(values: list[float]) -> float:
-    s = sorted(values)
-    n = len(s)
-    return (s[n // 2] + s[(n - 1) // 2]) / 2 if n else 0.0
