@@ -40,8 +40,9 @@ class PassRecorder:
         self.pipes, self.w, self.res, self.cfg, self.t = pipes, weights, res, cfg, tuning
         self.v = pipes.ctx.vk
         slots = policy.max_slots
-        # Decode's tail folds the mass into the ring's scores by the policy's rule.
-        # The decay for a pass's C tokens comes with each step (resources.set_step).
+        # Decode's tail and a prefill pass's last mass dispatch fold the mass into the ring's
+        # scores by the policy's rule; the decay for the pass's C tokens comes with each step
+        # (resources.set_step).
         self.scores = {"SCORE_MODE": SCORE_MODES.get(policy.evict, 0),
                        "SCORE_SCALE": score_scale(cfg)}
         self.common = {
