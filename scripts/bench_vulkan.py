@@ -34,7 +34,9 @@ sys.path.insert(0, str(REPO))
 import bench_vulkan_llama as llama  # noqa: E402 - a sibling; scripts/ is sys.path[0]
 from bench_vulkan_table import markdown  # noqa: E402
 
-FULL = {"prefill": "256,2048", "contexts": "16,2000,4000", "decode_tokens": 64, "repeat": 5}
+# Decode runs as many steps as llama-bench's tg test (-n), where the ring has room.
+FULL = {"prefill": "256,2048", "contexts": "16,2000,4000", "decode_tokens": llama.GEN_TOKENS,
+        "repeat": 5}
 QUICK = {"prefill": "64", "contexts": "16,128", "decode_tokens": 8, "repeat": 1}
 KINDS = ("vulkan", "ggml", "numpy", "hf", "hf-eager")
 

@@ -5,7 +5,10 @@ Figures, each a median of `repeat` runs: prefill tok/s at each prompt length (th
 into an emptied ring, as llama-bench clears its cache between runs; a conversation's first
 ingest also records its prefill command buffers, reported apart as `prefill_first_ms`, and its
 setup as `conversation_setup_ms`); decode tok/s
-of the bare step at each context length, the context ingested first; the app's generate() loop
+of the bare step at each context length, the context ingested first and every run started from
+it again (the ring rolled back, as llama-bench's `-d` depth is rebuilt for each repetition: a
+run that went on from the last would time longer contexts than its column says); the app's
+generate() loop
 (greedy sampling from the logits) at the shortest context; and the snapshot path's arena I/O
 (active K/V slabs written from and read back into the mapped arena views) of the conversation
 at the context nearest SNAPSHOT_CONTEXT, before its timed steps: ~2000 slots, 93 MB, as the
@@ -41,10 +44,11 @@ def cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def decode_room(max_slots: int, context: int, repeat: int, wanted: int) -> int:
-    """Tokens per timed run that keep the whole measurement inside the ring: eviction would
-    time the ring's housekeeping, not the step (4000 tokens leave 96 of 4096 slots)."""
-    room = (max_slots - context - WARMUP_TOKENS) // max(repeat, 1)
+def decode_room(max_slots: int, context: int, wanted: int) -> int:
+    """Tokens per timed run that keep it inside the ring (each run starts from the context
+    again): eviction would time the ring's housekeeping, not the step (4000 tokens leave 96
+    of 4096 slots)."""
+    room = max_slots - context - WARMUP_TOKENS
     if room < 1:
         raise ValueError(f"a {context}-token context leaves no room in a {max_slots}-slot ring")
     return min(wanted, room)
@@ -111,12 +115,13 @@ def bench(backend_name: str, model_path: Path, cache_dir: Path, scratch: Path,
     out["decode_tok_s"], out["decode_runs"], out["decode_tokens"] = {}, {}, {}
     snapshot_at = min(contexts, key=lambda c: abs(c - SNAPSHOT_CONTEXT))
     for context in sorted(contexts):
-        n = decode_room(policy.max_slots, context, repeat, decode_tokens)
+        n = decode_room(policy.max_slots, context, decode_tokens)
         conv = conversation()
         conv.ingest(synthetic_tokens(vocab, context, 1))
-        steps = iter(synthetic_tokens(vocab, WARMUP_TOKENS + n * repeat, 2))
-        for _ in range(WARMUP_TOKENS):
-            conv.forward.decode_one_token(next(steps))
+        start = conv.ring.mark()
+        for token in synthetic_tokens(vocab, WARMUP_TOKENS, 2):
+            conv.forward.decode_one_token(token)
+        steps = synthetic_tokens(vocab, n, 3)
         if context == snapshot_at:  # before the timed steps: context + 4 slots, as today's
             out["arena_bytes"] = conv.arena.nbytes
             out.update(snapshot_io(conv, scratch, min(repeat, 3)))
@@ -125,9 +130,10 @@ def bench(backend_name: str, model_path: Path, cache_dir: Path, scratch: Path,
                 out["dispatches_per_token"] = getattr(conv.forward, "dispatches_per_token", None)
         cpu0, runs = cpu_s(), []
         for _ in range(repeat):
+            conv.ring.rollback(start)
             t0 = time.perf_counter()
-            for _ in range(n):
-                conv.forward.decode_one_token(next(steps))
+            for token in steps:
+                conv.forward.decode_one_token(token)
             runs.append(n / (time.perf_counter() - t0))
         out["decode_tok_s"][str(context)] = round(statistics.median(runs), 2)
         out["decode_runs"][str(context)] = [round(x, 2) for x in runs]

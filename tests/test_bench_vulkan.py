@@ -94,7 +94,7 @@ def test_markdown_table_from_a_saved_report(tmp_path: Path) -> None:
 
 
 def test_decode_room_keeps_the_ring_from_evicting() -> None:
-    assert decode_room(4096, 16, 5, 64) == 64
-    assert decode_room(4096, 4000, 5, 64) == 18  # (4096 - 4000 - 4 warm-up) // 5
+    assert decode_room(4096, 16, 64) == 64
+    assert decode_room(4096, 4000, 128) == 92  # 4096 - 4000 - 4 warm-up: each run starts over
     with pytest.raises(ValueError):
-        decode_room(4096, 4093, 5, 64)
+        decode_room(4096, 4093, 64)
