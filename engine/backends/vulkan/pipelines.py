@@ -12,6 +12,7 @@ import struct
 
 from .context import Context
 from .options import DEFAULT_SHADER_DIR
+from .options import current as current_options
 
 SHADER_DIR = DEFAULT_SHADER_DIR
 
@@ -48,6 +49,7 @@ class Pipelines:
     def __init__(self, ctx: Context):
         v = ctx.vk
         self.ctx = ctx
+        self.shader_dir = current_options().shader_dir  # options.shader_dir: other SPIR-V
         texel = v.VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER
         storage = v.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
         self.descriptor_types = {b: texel if k == TEXEL else storage for b, k in BINDINGS.items()}
@@ -67,7 +69,7 @@ class Pipelines:
 
     def module(self, name: str):
         if name not in self._modules:
-            path = SHADER_DIR / f"{name}.spv"
+            path = self.shader_dir / f"{name}.spv"
             try:
                 code = path.read_bytes()
             except FileNotFoundError:
