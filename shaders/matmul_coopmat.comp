@@ -53,6 +53,37 @@ void split8(uint at, bool is_x, vec4 lo4, vec4 hi4) {
     }
 }
 
+// The next block's W and X elements, fetched into registers while the current block's products
+// run: without it each block waited out its global loads, then its products (a 64 x 64 tile
+// and 4 subgroups leave an SM nothing else to run meanwhile). Globals, as attention_split's.
+const uint IW = (4 * BM + WG - 1) / WG, IX = (4 * BT + WG - 1) / WG;  // 8-element items each
+vec4 w_lo[IW], w_hi[IW], x_lo[IX], x_hi[IX];
+
+void fetch(uint b, uint row0, uint tok0) {
+    uint lid = gl_LocalInvocationID.x;
+    [[unroll]] for (uint k = 0; k < IW; k++) {
+        uint i = min(lid + k * WG, 4 * BM - 1);  // past the tile: fetched, not staged
+        load_w8(weight_row(row0, i / 4), b, i % 4, w_lo[k], w_hi[k]);
+    }
+    [[unroll]] for (uint k = 0; k < IX; k++) {
+        uint i = min(lid + k * WG, 4 * BT - 1);
+        load_x8(tok0, i / 4, b, i % 4, x_lo[k], x_hi[k]);
+    }
+}
+
+// The fetched block into the f16 tiles.
+void stage() {
+    uint lid = gl_LocalInvocationID.x;
+    [[unroll]] for (uint k = 0; k < IW; k++) {
+        uint i = lid + k * WG;
+        if (i < 4 * BM) split8((i / 4) * LD + 8 * (i % 4), false, w_lo[k], w_hi[k]);
+    }
+    [[unroll]] for (uint k = 0; k < IX; k++) {
+        uint i = lid + k * WG;
+        if (i < 4 * BT) split8((i / 4) * LD + 8 * (i % 4), true, x_lo[k], x_hi[k]);
+    }
+}
+
 void main() {
     uint lid = gl_LocalInvocationID.x;
     uint tok0 = gl_WorkGroupID.y * BT, row0 = gl_WorkGroupID.x * OUT_ROWS;
@@ -71,20 +102,11 @@ void main() {
     ACC mx01 = ACC(0.0);
     ACC mx10 = ACC(0.0);
     ACC mx11 = ACC(0.0);
+    fetch(0, row0, tok0);
     for (uint b = 0; b < NB; b++) {
-        for (uint i = lid; i < 4 * BM; i += WG) {
-            uint row = i / 4, p = i % 4;
-            vec4 lo, hi;
-            load_w8(weight_row(row0, row), b, p, lo, hi);
-            split8(row * LD + 8 * p, false, lo, hi);
-        }
-        for (uint i = lid; i < 4 * BT; i += WG) {
-            uint t = i / 4, p = i % 4;
-            vec4 lo, hi;
-            load_x8(tok0, t, b, p, lo, hi);
-            split8(t * LD + 8 * p, true, lo, hi);
-        }
+        stage();
         barrier();
+        if (b + 1 < NB) fetch(b + 1, row0, tok0);
         [[unroll]] for (uint k = 0; k < 32; k += 16) {
             MAT_A ah0;
             MAT_A ah1;
