@@ -37,16 +37,30 @@ shared float p_sh[BQ * BS];  // [BQ, BS] partial maxima, the tile's probabilitie
 shared float row_sh[BQ];     // [BQ] row maxima, then row sums
 shared uint done_sh;         // runs of this tile finished, as the counter said
 
-// Stage slots [s0, s0 + BS) of head g's keys (KT) or values (VT) into kv_sh.
-void stage(bool keys, uint s0, uint len, uint base) {
-    for (uint i = gl_LocalInvocationID.x; i < BS * H4; i += WG) {
-        uint s = i / H4, d = i % H4, slot = s0 + s;
+// The next tile's keys or values, fetched into registers while this tile is used: each tile
+// otherwise waited out its loads' round trip before any work (H200: most of a 2048-token
+// prompt's attention). Invocation lid holds vec4s lid + k * WG of the [BS, HD/4] tile.
+const uint SPT = (BS * H4 + WG - 1) / WG;
+vec4 tile_next[SPT];
+
+// Fetch slots [s0, s0 + BS) of this K/V head's keys (KT) or values (VT); zero past len.
+void fetch_tile(bool keys, uint s0, uint len, uint base) {
+    [[unroll]] for (uint k = 0; k < SPT; k++) {
+        uint i = gl_LocalInvocationID.x + k * WG, slot = s0 + i / H4;
         vec4 x = vec4(0.0);
-        if (slot < len) {
-            int at = int(base + slot * (KVD / 4) + d);
+        if (i < BS * H4 && slot < len) {
+            int at = int(base + slot * (KVD / 4) + i % H4);
             x = keys ? texelFetch(KT, at) : texelFetch(VT, at);
         }
-        kv_sh[s * KS + d] = x;
+        tile_next[k] = x;
+    }
+}
+
+// The fetched tile into kv_sh.
+void stage_fetched() {
+    [[unroll]] for (uint k = 0; k < SPT; k++) {
+        uint i = gl_LocalInvocationID.x + k * WG;
+        if (i < BS * H4) kv_sh[(i / H4) * KS + i % H4] = tile_next[k];
     }
 }
 
@@ -90,9 +104,11 @@ void main() {
     uint s_own = lid % BS, r_own = lid / BS;
     float mx[RPT];
     [[unroll]] for (uint j = 0; j < RPT; j++) mx[j] = -1.0 / 0.0;
+    fetch_tile(true, r0, len, kvbase);
     for (uint s0 = r0; s0 < r1; s0 += BS) {
         barrier();  // the previous tile is consumed (and q_sh is written, the first time)
-        stage(true, s0, len, kvbase);
+        stage_fetched();
+        if (s0 + BS < r1) fetch_tile(true, s0 + BS, len, kvbase);
         barrier();
         uint slot = s0 + s_own;
         [[unroll]] for (uint j = 0; j < RPT; j++) {
@@ -119,9 +135,11 @@ void main() {
     [[unroll]] for (uint j = 0; j < RPT; j++) sum[j] = 0.0;
     vec4 o[OPT];  // output vec4 i = lid + k * WG: row i / H4, columns 4 * (i % H4) ..
     [[unroll]] for (uint k = 0; k < OPT; k++) o[k] = vec4(0.0);
+    fetch_tile(false, r0, len, kvbase);
     for (uint s0 = r0; s0 < r1; s0 += BS) {
         barrier();  // the previous tile is consumed
-        stage(false, s0, len, kvbase);
+        stage_fetched();
+        if (s0 + BS < r1) fetch_tile(false, s0 + BS, len, kvbase);
         uint slot = s0 + s_own;
         [[unroll]] for (uint j = 0; j < RPT; j++) {
             uint r = r_own + j * RSTEP, t = t0 + r;
