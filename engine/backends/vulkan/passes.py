@@ -128,9 +128,10 @@ class PassRecorder:
         rows = m.rows // 2 if gate_up else m.rows
         tokens = 1 if mode == MODE_LOGITS else matmul_tokens(
             t, gate_up, self.pipes.ctx.limits.max_shared_bytes, shape.decode)
-        spec = {"WG": t.wg, "R": t.rows, "T": tokens, "SPLIT": t.split, "QTYPE": m.qtype,
+        r = t.logits_r if mode == MODE_LOGITS else t.rows
+        spec = {"WG": t.wg, "R": r, "T": tokens, "SPLIT": t.split, "QTYPE": m.qtype,
                 "MODE": mode, "NORM": int(norm is not None), "K": m.cols, "M": rows}
-        groups = (ceil_div(rows, t.rows_per_group),
+        groups = (ceil_div(rows, r * (t.wg // t.split)),
                   1 if mode == MODE_LOGITS else ceil_div(shape.bucket, tokens))
         self._dispatch("matmul", spec, groups, w_texel=m.texel, w_block=m.block,
                        norm_off=norm or 0, in_off=in_off, out_off=out_off, layer=layer)

@@ -38,6 +38,7 @@ class Tuning:
     prefill_queries: int = 16
     prefill_splits: int = 1
     prefill_run_tiles: int = 1  # fewest 32-slot tiles per run (shaders/split.glsl)
+    logits_rows: int = 0  # R of the logits product (0: rows); its rows are many, its K short
 
     def __post_init__(self) -> None:
         # attention_prefill.comp: its 128 invocations own whole columns of [queries, 32] scores.
@@ -48,8 +49,8 @@ class Tuning:
                              f"{self.prefill_splits}, {self.prefill_run_tiles}")
 
     @property
-    def rows_per_group(self) -> int:
-        return self.rows * (self.wg // self.split)
+    def logits_r(self) -> int:
+        return self.logits_rows or self.rows
 
 
 # CPU: no tiles. lavapipe runs a workgroup's invocations as one thread's SIMD lanes, where
@@ -69,9 +70,12 @@ CPU = Tuning(wg=32, rows=8, split=1, max_tokens=4, prefill_chunk=128, small_wg=3
 # slower, 128-slot ones slower at 2000), and prefill attention unsplit was 30% faster at 256
 # tokens and 11% slower at 2048: hence runs of at least 8 tiles (256 slots), up to 16 of them.
 # mass_split 16: 17 of decode's 270 rows per invocation, loads of 4 in flight.
+# logits_rows 4: the logits product (49,152 rows of 576) took 40.7 us with R = 2, 28.7 with 4
+# and 33 with 8 or 16 (scripts/profile_vulkan.py, 2026-12-02); the other products were slower
+# with R = 4 (they have 576-3072 rows: fewer workgroups).
 GPU = Tuning(wg=128, rows=2, split=16, max_tokens=4, prefill_chunk=256, small_wg=128,
              split_slots=64, max_splits=64, pv_tile=True, mass_split=16,
-             tiled_from=16, coopmat=True, prefill_splits=16, prefill_run_tiles=8)
+             tiled_from=16, coopmat=True, prefill_splits=16, prefill_run_tiles=8, logits_rows=4)
 
 
 def tuning_for(ctx: Context) -> Tuning:
