@@ -36,3 +36,22 @@ def test_committed_binaries_are_not_stale(tmp_path) -> None:
 def test_cooperative_matrix_binaries_are_not_stale(tmp_path) -> None:
     assert {p.stem for p in sources() if needs_glslang(p)} == {"matmul_coopmat"}
     assert_fresh(tmp_path, "glslang")
+
+
+def test_options_shader_dir_is_where_pipelines_read_spirv(vk_backend, tmp_path) -> None:
+    """options.shader_dir points the pipelines at other SPIR-V (a profile's shader variants):
+    a folder without the binaries is a clear error naming it, not the committed ones."""
+    from dataclasses import replace
+
+    from engine.backends.vulkan import options
+    from engine.backends.vulkan.pipelines import MissingShaderError, Pipelines
+
+    saved = options.current()
+    options.configure(replace(saved, shader_dir=tmp_path))
+    try:
+        pipes = Pipelines(vk_backend.ctx)
+    finally:
+        options.configure(saved)
+    assert pipes.shader_dir == tmp_path
+    with pytest.raises(MissingShaderError, match=str(tmp_path)):
+        pipes.module("embed")
