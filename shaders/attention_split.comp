@@ -24,7 +24,11 @@ const uint H4 = HD / 4;
 const uint DL = WG < H4 ? WG : H4;
 const uint SG = WG / DL;
 const uint DPL = (H4 + DL - 1) / DL;  // vec4s per lane per head
-const uint PU = 4;  // slots (or splits, in the fold) whose loads a lane keeps in flight
+const uint PU = 4;  // slots whose loads a lane keeps in flight
+// The fold: splits whose outputs a lane loads at once (up to 63 of them wait on one
+// workgroup per K/V head at long contexts), and split maxima per lane per head.
+layout(constant_id = 29) const uint FOLD_LOADS = 4;
+const uint KPL = (MAX_SPLITS + WG - 1) / WG;
 
 shared float tile[PV_TILE != 0 ? G * WG : 1];  // [G, WG] probabilities of one tile of slots
 shared vec4 red[SG > 1 ? G * DPL * WG : 1];     // [WG, G * DPL] slot groups' partial outputs
@@ -215,41 +219,52 @@ void main() {
     memoryBarrierBuffer();  // acquire: the other splits' partials after the count
     if (lane == 0) atomicExchange(counters[g], 0u);  // ready for the next layer
 
-    // Mass factors (lanes over splits), then the output: lanes across dimensions and splits,
-    // as in the tile loop, sum the splits' outputs times their factors.
+    // Mass factors: every head's split maxima and sums loaded at once (lanes over splits, KPL
+    // each), then per head the global max and 1/sum. Summed in the order a loop over k = lane,
+    // lane + WG, .. would (a split past the last adds exactly 0).
+    float km[G * KPL], ks[G * KPL], fold_max[G], fold_inv[G];
     [[unroll]] for (uint j = 0; j < G; j++) {
-        uint at = (head0 + j) * MAX_SPLITS;
-        float m = -1.0 / 0.0;
-        for (uint k = lane; k < nsplit; k += WG) m = max(m, splits[SP_MAX + at + k]);
-        m = subgroupMax(m);
-        float l = 0.0;
-        for (uint k = lane; k < nsplit; k += WG) {
-            l += splits[SP_SUM + at + k] * exp(splits[SP_MAX + at + k] - m);
-        }
-        float inv = 1.0 / subgroupAdd(l);
-        for (uint k = lane; k < nsplit; k += WG) {
-            splits[SP_FAC + (row0 + j) * MAX_SPLITS + k] = exp(splits[SP_MAX + at + k] - m) * inv;
+        [[unroll]] for (uint q = 0; q < KPL; q++) {
+            uint k = lane + q * WG, at = (head0 + j) * MAX_SPLITS + min(k, nsplit - 1);
+            km[j * KPL + q] = k < nsplit ? splits[SP_MAX + at] : -1.0 / 0.0;
+            ks[j * KPL + q] = k < nsplit ? splits[SP_SUM + at] : 0.0;
         }
     }
-    memoryBarrierBuffer();
-    barrier();
+    [[unroll]] for (uint j = 0; j < G; j++) {
+        float m = -1.0 / 0.0;
+        [[unroll]] for (uint q = 0; q < KPL; q++) m = max(m, km[j * KPL + q]);
+        m = subgroupMax(m);
+        float l = 0.0;
+        [[unroll]] for (uint q = 0; q < KPL; q++) l += ks[j * KPL + q] * exp(km[j * KPL + q] - m);
+        fold_max[j] = m;
+        fold_inv[j] = 1.0 / subgroupAdd(l);
+        [[unroll]] for (uint q = 0; q < KPL; q++) {
+            uint k = lane + q * WG;
+            if (k < nsplit) {
+                splits[SP_FAC + (row0 + j) * MAX_SPLITS + k] = exp(km[j * KPL + q] - m) * fold_inv[j];
+            }
+        }
+    }
+    // The output: lanes across dimensions and groups over splits, as in the tile loop, sum the
+    // splits' outputs times their factors, recomputed from the maxima (the value just written
+    // to SP_FAC, without waiting for those writes), FOLD_LOADS splits' loads in flight.
     [[unroll]] for (uint i = 0; i < G * DPL; i++) o[i] = vec4(0.0);
-    for (uint k0 = grp; k0 < nsplit && grp < SG; k0 += PU * SG) {
+    for (uint k0 = grp; k0 < nsplit && grp < SG; k0 += FOLD_LOADS * SG) {
         [[unroll]] for (uint c = 0; c < DPL; c++) {
             uint i = dl + c * DL;
             if (i >= H4) break;
             [[unroll]] for (uint j = 0; j < G; j++) {
-                vec4 r[PU];
-                float f[PU];
-                [[unroll]] for (uint u = 0; u < PU; u++) {
+                vec4 r[FOLD_LOADS];
+                float f[FOLD_LOADS];
+                [[unroll]] for (uint u = 0; u < FOLD_LOADS; u++) {
                     uint k = min(k0 + u * SG, nsplit - 1);  // past the last: loaded, not used
                     uint at = SP_OUT + ((head0 + j) * MAX_SPLITS + k) * HD + 4 * i;
                     r[u] = vec4(splits[at], splits[at + 1], splits[at + 2], splits[at + 3]);
-                    f[u] = splits[SP_FAC + (row0 + j) * MAX_SPLITS + k];
+                    f[u] = splits[SP_MAX + (head0 + j) * MAX_SPLITS + k];
                 }
-                [[unroll]] for (uint u = 0; u < PU; u++) {
+                [[unroll]] for (uint u = 0; u < FOLD_LOADS; u++) {
                     if (k0 + u * SG >= nsplit) break;
-                    o[j * DPL + c] += r[u] * f[u];
+                    o[j * DPL + c] += r[u] * (exp(f[u] - fold_max[j]) * fold_inv[j]);
                 }
             }
         }

@@ -15,7 +15,7 @@ import math
 import sys
 from collections import defaultdict
 
-DECODE_KNOBS = ("split_slots", "max_splits", "pv_tile", "mass_split")
+DECODE_KNOBS = ("split_slots", "max_splits", "pv_tile", "mass_split", "fold_loads")
 PREFILL_KNOBS = ("prefill_splits", "prefill_queries", "coopmat")
 
 

@@ -52,6 +52,7 @@ class PassRecorder:
             "V": cfg.vocab_size, "SPLIT_SLOTS": tuning.split_slots,
             "MAX_SPLITS": tuning.max_splits, "PV_TILE": int(tuning.pv_tile),
             "PREFILL_SPLITS": tuning.prefill_splits, "PREFILL_RUN_TILES": tuning.prefill_run_tiles,
+            "FOLD_LOADS": tuning.fold_loads,
         }
         self.dispatches = 0
         self.timer: DispatchTimer | None = None  # set: record() stamps every dispatch

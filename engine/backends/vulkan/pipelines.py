@@ -24,6 +24,7 @@ SPEC_IDS = {
     "SPLIT_SLOTS": 21, "MAX_SPLITS": 22, "PV_TILE": 23, "PREFILL_SPLITS": 24,  # split.glsl
     "SCORE_MODE": 25, "SCORE_SCALE": 27,  # mass.comp's score update (26: retired)
     "PREFILL_RUN_TILES": 28,  # split.glsl
+    "FOLD_LOADS": 29,  # attention_split.comp
 }
 FLOAT_SPECS = frozenset({"EPS", "SCORE_SCALE"})
 PUSH_WORDS = 10  # uint fields of common.glsl's Push block

@@ -79,6 +79,7 @@ class ConversationResources:
         self.params = host_buffer(ctx, 4 * (PARAM_WORDS + cmax), "params")
         self.header = self.params.array[: 4 * PARAM_WORDS].view(np.uint32)  # [8] uint32
         self.tokens = self.params.array[4 * PARAM_WORDS :].view(np.int32)  # [cmax] int32
+        self._decay_words: dict[tuple[int, float], np.ndarray] = {}  # set_step's words 4-5
         self.hidden_buf = readback_buffer(ctx, 4 * cmax * cfg.d_model, "hidden")
         self.hidden = self.hidden_buf.array.view(np.float32).reshape(cmax, cfg.d_model)
         # Arena memory the CPU reads slowly (a GPU's BAR window is uncached: ~50 MB/s here)
@@ -158,8 +159,12 @@ class ConversationResources:
         ring policy's salience decay per token (mass.comp folds scores on the device)."""
         h = self.header
         h[0], h[1], h[2], h[3] = count, n0, pos0, n0 + count
-        # As update_scores rounds them: a Python float scalar meets float32 arrays.
-        h[4:6] = np.array([decay**count, 1.0 / count], np.float32).view(np.uint32)
+        words = self._decay_words.get((count, decay))
+        if words is None:  # once per chunk size: decode's step then builds no array
+            # As update_scores rounds them: a Python float scalar meets float32 arrays.
+            words = np.array([decay**count, 1.0 / count], np.float32).view(np.uint32)
+            self._decay_words[(count, decay)] = words
+        h[4:6] = words
 
 
 def base_offset(arena: StateArena, arena_buf: DeviceBuffer) -> int:

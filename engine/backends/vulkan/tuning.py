@@ -28,6 +28,7 @@ class Tuning:
     # least split_slots, at most max_splits of them, one workgroup (a subgroup) each.
     split_slots: int = 256
     max_splits: int = 16
+    fold_loads: int = 4  # splits' outputs a lane of the fold loads at once
     pv_tile: bool = False  # p * v with lanes across dimensions (GPU) or across slots (CPU)
     mass_split: int = 1  # invocations summing one slot's mass (SPLIT of shaders/mass.comp)
     tiled_from: int = 0  # prefill buckets this large use the tiled shaders (0: never)
@@ -43,10 +44,11 @@ class Tuning:
     def __post_init__(self) -> None:
         # attention_prefill.comp: its 128 invocations own whole columns of [queries, 32] scores.
         if self.prefill_queries <= 0 or self.prefill_queries % 4 or self.prefill_splits < 1 \
-                or self.prefill_run_tiles < 1:
-            raise ValueError(f"prefill_queries must be a multiple of 4, prefill_splits and "
-                             f"prefill_run_tiles at least 1: {self.prefill_queries}, "
-                             f"{self.prefill_splits}, {self.prefill_run_tiles}")
+                or self.prefill_run_tiles < 1 or self.fold_loads < 1:
+            raise ValueError(f"prefill_queries must be a multiple of 4, prefill_splits, "
+                             f"prefill_run_tiles and fold_loads at least 1: "
+                             f"{self.prefill_queries}, {self.prefill_splits}, "
+                             f"{self.prefill_run_tiles}, {self.fold_loads}")
 
     @property
     def logits_r(self) -> int:
