@@ -1,18 +1,19 @@
 """The Channel columns of scripts/bench_vulkan.py: one engine backend (vulkan, ggml or numpy), run
 its own process so that its resident memory is its own.
 
-Figures, each a median of `repeat` runs: prefill tok/s at each prompt length (the ingest alone,
-into an emptied ring, as llama-bench clears its cache between runs; a conversation's first
-ingest also records its prefill command buffers, reported apart as `prefill_first_ms`, and its
-setup as `conversation_setup_ms`); decode tok/s
-of the bare step at each context length, the context ingested first and every run started from
-it again (the ring rolled back, as llama-bench's `-d` depth is rebuilt for each repetition: a
-run that went on from the last would time longer contexts than its column says); the app's
-generate() loop
-(greedy sampling from the logits) at the shortest context; and the snapshot path's arena I/O
-(active K/V slabs written from and read back into the mapped arena views) of the conversation
-at the context nearest SNAPSHOT_CONTEXT, before its timed steps: ~2000 slots, 93 MB, as the
-figures in docs/vulkan.md and issue 14 were taken.
+Figures, each a median of `repeat` runs:
+- prefill tok/s at each prompt length: the ingest alone, into an emptied ring, as llama-bench
+  clears its cache between runs. A conversation's first ingest also records its prefill
+  command buffers, reported apart as `prefill_first_ms`, and its setup as
+  `conversation_setup_ms`;
+- decode tok/s of the bare step at each context length, the context ingested first and every
+  run started from it again (the ring rolled back, as llama-bench rebuilds its `-d` depth for
+  each repetition: a run that went on from the last would time longer contexts than its
+  column says);
+- the app's generate() loop (greedy sampling from the logits) at the shortest context;
+- the snapshot path's arena I/O (active K/V slabs written from and read back into the mapped
+  arena views) of the conversation at the context nearest SNAPSHOT_CONTEXT, before its timed
+  steps: ~2000 slots, 93 MB, as the figures in docs/vulkan.md and issue 14 were taken.
 """
 
 from __future__ import annotations
