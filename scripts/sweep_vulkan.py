@@ -2,7 +2,7 @@
 
     python scripts/sweep_vulkan.py decode [--contexts 16,2000,4000] [--steps 64] [--model GGUF]
         [--split-slots 16,32,64] [--max-splits 32,64,128] [--pv-tile 1,0] [--mass-split 4]
-        [--fold-loads 4,16]
+        [--fold-loads 4,16] [--argmax-groups 1,16]
     python scripts/sweep_vulkan.py prefill [--prompts 256,2048] [--repeat 3] [--model GGUF]
         [--prefill-splits 1,4,16] [--prefill-queries 16,8,4] [--coopmat 1,0]
 
@@ -42,16 +42,17 @@ def sweep_decode(args, model, backend, policy) -> None:
 
     base, vocab = backend.tuning, model.config.vocab_size
     combos = list(itertools.product(args.split_slots, args.max_splits, args.pv_tile,
-                                    args.mass_split, args.fold_loads))
+                                    args.mass_split, args.fold_loads, args.argmax_groups))
     for ctx in args.contexts:
         backend.tuning = base
         conv = Conversation(model, policy, backend=backend)
         conv.ingest(synthetic_tokens(vocab, ctx, 0))
         mark = conv.ring.mark()
         steps = synthetic_tokens(vocab, args.warmup + args.steps, 1)
-        for split_slots, max_splits, pv_tile, mass_split, fold_loads in combos:
+        for split_slots, max_splits, pv_tile, mass_split, fold_loads, argmax_groups in combos:
             t = replace(base, split_slots=split_slots, max_splits=max_splits,
-                        pv_tile=bool(pv_tile), mass_split=mass_split, fold_loads=fold_loads)
+                        pv_tile=bool(pv_tile), mass_split=mass_split, fold_loads=fold_loads,
+                        argmax_groups=argmax_groups)
             backend.tuning = t
             forward = backend.make_forward(model, conv.ring)
             for token in steps[: args.warmup]:
@@ -66,7 +67,7 @@ def sweep_decode(args, model, backend, policy) -> None:
             print(json.dumps({
                 "context": live, "split_slots": split_slots,
                 "max_splits": max_splits, "pv_tile": bool(pv_tile), "mass_split": mass_split,
-                "fold_loads": fold_loads,
+                "fold_loads": fold_loads, "argmax_groups": argmax_groups,
                 "splits": count, "slots_per_split": length,
                 "workgroups": count * model.config.n_kv_heads,
                 "decode_tok_s": round(args.steps / elapsed, 1),
@@ -125,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--pv-tile", type=ints, default=[1, 0])
     d.add_argument("--mass-split", type=ints, default=[4])
     d.add_argument("--fold-loads", type=ints, default=[4])
+    d.add_argument("--argmax-groups", type=ints, default=[1])
     f = sub.add_parser("prefill", help="prefill tok/s over the tiled prefill attention knobs")
     f.add_argument("--prompts", type=ints, default=[256, 2048])
     f.add_argument("--repeat", type=int, default=3, help="timed ingests per combination")

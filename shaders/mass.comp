@@ -8,8 +8,9 @@
 // SPLIT invocations share a slot, each summing every SPLIT-th row (a prefill chunk has
 // bucket * NH rows: one invocation per slot would walk them all in a chain of dependent
 // loads), and meet in shared memory.
-// flags & 1 adds to mass instead of overwriting it; flags & 4 adds one workgroup, the last,
-// that computes the device argmax of the logits instead (decode's tail, one dispatch).
+// flags & 1 adds to mass instead of overwriting it; flags & 4 adds ARGMAX_GROUPS workgroups,
+// the last, that compute the device argmax of the logits instead (decode's tail, one
+// dispatch).
 // flags & 16 (decode's tail, a prefill pass's last layer): also fold the pass's mass into the
 // ring's scores, as KVRing.commit's update_scores does for C new tokens, so the CPU never
 // reads the arena back: on a discrete GPU the arena is BAR memory the CPU reads uncached
@@ -35,8 +36,9 @@ const uint SLOTS = WG / SPLIT;  // slots per workgroup
 shared float red[SPLIT > 1 ? WG : 1];  // [SPLIT, SLOTS] partial sums
 
 void main() {
-    if ((pc.flags & 4u) != 0u && gl_WorkGroupID.x == gl_NumWorkGroups.x - 1) {
-        argmax_logits();
+    uint argmax_first = gl_NumWorkGroups.x - ARGMAX_GROUPS;
+    if ((pc.flags & 4u) != 0u && gl_WorkGroupID.x >= argmax_first) {
+        argmax_logits(gl_WorkGroupID.x - argmax_first);
         return;
     }
     if (gl_WorkGroupID.x * SLOTS >= prm.N) return;  // no live slot here: the whole group

@@ -6,6 +6,8 @@ weight encoding the shaders read; the arena must keep numpy's exact K/V layout.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
@@ -104,12 +106,17 @@ def test_unreadable_tensor_type_is_a_clear_error(tmp_path_factory, vk_backend) -
         Conversation(model, POLICY, backend=vk_backend)
 
 
-def test_device_argmax_is_nps(tiny_model, vk_backend) -> None:
-    conv = Conversation(tiny_model, POLICY, backend=vk_backend)
+@pytest.mark.parametrize("groups", [1, 3, 64])
+def test_device_argmax_is_nps(tiny_model, vk_backend, backend_with, groups) -> None:
+    """After prefill (argmax.comp) and every decode step (the mass tail), over 1 to 64
+    ranges of the vocabulary (64 leave the last ranges of this 267-token vocabulary empty)."""
+    backend = backend_with(replace(vk_backend.tuning, argmax_groups=groups))
+    conv = Conversation(tiny_model, POLICY, backend=backend)
     logits = conv.ingest(TOKENS[:5])
     for t in TOKENS[5:12]:
         assert conv.forward.greedy_token == int(np.argmax(logits))
         logits = conv.forward.decode_one_token(t)
+    assert conv.forward.greedy_token == int(np.argmax(logits))
 
 
 @pytest.mark.parametrize("staging", [False, True], ids=["mapped", "staging"])

@@ -15,7 +15,8 @@ import math
 import sys
 from collections import defaultdict
 
-DECODE_KNOBS = ("split_slots", "max_splits", "pv_tile", "mass_split", "fold_loads")
+DECODE_KNOBS = ("split_slots", "max_splits", "pv_tile", "mass_split", "fold_loads",
+                "argmax_groups")
 PREFILL_KNOBS = ("prefill_splits", "prefill_queries", "coopmat")
 
 

@@ -53,6 +53,7 @@ class PassRecorder:
             "MAX_SPLITS": tuning.max_splits, "PV_TILE": int(tuning.pv_tile),
             "PREFILL_SPLITS": tuning.prefill_splits, "PREFILL_RUN_TILES": tuning.prefill_run_tiles,
             "FOLD_LOADS": tuning.fold_loads,
+            "ARGMAX_GROUPS": tuning.argmax_groups, "ARGMAX_BASE": res.argmax_base,
         }
         self.dispatches = 0
         self.timer: DispatchTimer | None = None  # set: record() stamps every dispatch
@@ -181,12 +182,13 @@ class PassRecorder:
             self._barrier()
         if shape.decode:
             # Every layer's mass from its split factors (2), folded into the ring's scores (16),
-            # and the greedy argmax in one more workgroup (4): the tail of the step is one
-            # dispatch, and the CPU reads nothing of the arena back.
+            # and the greedy argmax in argmax_groups more workgroups (4): the tail of the step
+            # is one dispatch, and the CPU reads nothing of the arena back.
             rows, per_wg = cfg.n_layers * cfg.n_heads, sw // self.t.mass_split
+            argmax = self.t.argmax_groups * int(shape.logits)
             self._dispatch("mass", {"WG": sw, "SPLIT": self.t.mass_split, **self.scores},
-                           (ceil_div(slots, per_wg) + int(shape.logits), 1), p_row0=0,
+                           (ceil_div(slots, per_wg) + argmax, 1), p_row0=0,
                            count=rows, flags=2 | 4 * int(shape.logits) | 16, per_t=rows)
         elif shape.logits:
             # Greedy support: a few microseconds, so every logits pass carries it.
-            self._dispatch("argmax", {"WG": self.t.small_wg}, (1, 1))
+            self._dispatch("argmax", {"WG": self.t.small_wg}, (self.t.argmax_groups, 1))

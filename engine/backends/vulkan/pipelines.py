@@ -25,6 +25,7 @@ SPEC_IDS = {
     "SCORE_MODE": 25, "SCORE_SCALE": 27,  # mass.comp's score update (26: retired)
     "PREFILL_RUN_TILES": 28,  # split.glsl
     "FOLD_LOADS": 29,  # attention_split.comp
+    "ARGMAX_GROUPS": 30, "ARGMAX_BASE": 31,  # argmax.glsl
 }
 FLOAT_SPECS = frozenset({"EPS", "SCORE_SCALE"})
 PUSH_WORDS = 10  # uint fields of common.glsl's Push block

@@ -40,15 +40,17 @@ class Tuning:
     prefill_splits: int = 1
     prefill_run_tiles: int = 1  # fewest 32-slot tiles per run (shaders/split.glsl)
     logits_rows: int = 0  # R of the logits product (0: rows); its rows are many, its K short
+    argmax_groups: int = 1  # workgroups of the device argmax (shaders/argmax.glsl)
 
     def __post_init__(self) -> None:
         # attention_prefill.comp: its 128 invocations own whole columns of [queries, 32] scores.
         if self.prefill_queries <= 0 or self.prefill_queries % 4 or self.prefill_splits < 1 \
-                or self.prefill_run_tiles < 1 or self.fold_loads < 1:
+                or min(self.prefill_run_tiles, self.fold_loads, self.argmax_groups) < 1:
             raise ValueError(f"prefill_queries must be a multiple of 4, prefill_splits, "
-                             f"prefill_run_tiles and fold_loads at least 1: "
+                             f"prefill_run_tiles, fold_loads and argmax_groups at least 1: "
                              f"{self.prefill_queries}, {self.prefill_splits}, "
-                             f"{self.prefill_run_tiles}, {self.fold_loads}")
+                             f"{self.prefill_run_tiles}, {self.fold_loads}, "
+                             f"{self.argmax_groups}")
 
     @property
     def logits_r(self) -> int:
