@@ -1,7 +1,9 @@
 // Shared declarations of every Channel compute shader: one descriptor set, one push-constant
 // block and one list of specialization constants, so a single pipeline layout serves them all.
 // A shader declares what it uses; the host passes every constant to every pipeline.
-// Split attention adds constants 21-24 and bindings 18-19 in split.glsl (its shaders only).
+// Beyond 0-20, shaders that need them declare more (pipelines.py SPEC_IDS lists them all):
+// split.glsl 21-24 and 28 with bindings 18-19, mass.comp 25 and 27 with binding 20,
+// attention_split.comp 29, argmax.glsl 30-31.
 
 #extension GL_EXT_control_flow_attributes : require
 
