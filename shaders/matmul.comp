@@ -7,6 +7,7 @@
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
 #include "matmul_common.glsl"
 
@@ -18,8 +19,8 @@ const uint GROUPS = WG / SPLIT;                // row groups per workgroup
 const uint NR = MODE == MODE_GATEUP ? 2 * R : R;  // weight rows per row group
 const bool OFFSET = QTYPE == QT_Q4_1 || QTYPE == QT_Q4_0;  // blocks carry an additive m
 
-shared float red[SPLIT > 1 ? WG * NR * T : 1];  // [WG, NR, T] partial dots when SPLIT > 1
-shared float ssq[SPLIT > 1 && NORM != 0 ? WG * T : 1];  // [T, subgroups] sums of squares
+const uint RED = NR * T + T;  // floats per invocation in `red`: partial dots, sums of squares
+shared float red[SPLIT > 1 ? WG * RED : 1];  // [WG, RED] partials, where shuffles cannot sum them
 
 void main() {
     uint lid = gl_LocalInvocationID.x;
@@ -30,45 +31,25 @@ void main() {
 
     // Input rows (texel offsets); tokens past the chunk re-read a valid row, never stored.
     uint xrow[T];
-    float inv[T];  // RMSNorm scale per token (1 without NORM)
-    [[unroll]] for (uint t = 0; t < T; t++) {
-        xrow[t] = (pc.in_off + min(tok0 + t, C - 1) * K) / 4;
-        inv[t] = 1.0;
-        if (NORM != 0 && SPLIT == 1) {
-            // CPU: every invocation sums the row itself (lanes of one SIMD thread): no
-            // shared memory, no barrier.
-            vec4 ss = vec4(0.0);
-            for (uint i = 0; i < KV4; i++) {
-                vec4 x = texelFetch(ACTT, int(xrow[t] + i));
-                ss += x * x;
-            }
-            inv[t] = 1.0 / sqrt((ss.x + ss.y + ss.z + ss.w) / float(K) + EPS);
-        }
-    }
-    if (NORM != 0 && SPLIT > 1) {
-        // GPU: the workgroup shares the sum of squares, one barrier. Each invocation summing
-        // the whole row cost the logits product (3072 workgroups) 90 us on an H200.
-        [[unroll]] for (uint t = 0; t < T; t++) {
-            vec4 ss = vec4(0.0);
-            for (uint i = lid; i < KV4; i += WG) {
-                vec4 x = texelFetch(ACTT, int(xrow[t] + i));
-                ss += x * x;
-            }
-            float part = subgroupAdd(ss.x + ss.y + ss.z + ss.w);
-            if (subgroupElect()) ssq[t * WG + gl_SubgroupID] = part;
-        }
-        barrier();
-        [[unroll]] for (uint t = 0; t < T; t++) {
-            float total = 0.0;
-            for (uint k = 0; k < gl_NumSubgroups; k++) total += ssq[t * WG + k];
-            inv[t] = 1.0 / sqrt(total / float(K) + EPS);
-        }
-    }
+    [[unroll]] for (uint t = 0; t < T; t++) xrow[t] = (pc.in_off + min(tok0 + t, C - 1) * K) / 4;
 
-    uint g = lid / SPLIT, lane = lid % SPLIT;
+    // RMSNorm folded into the product: y = inv * W (nw * x) with inv = 1 / rms(x), and the SPLIT
+    // lanes of a row group cover every block of the row between them, so the sums of squares
+    // come from the same loads as the dots and inv scales the sums at the end: no pass over
+    // the row before the product, no barrier (on an H200 the prologue and its barrier were
+    // a dependent round trip in every q|k|v, gate|up and logits dispatch).
+    // Where every subgroup is full and holds whole row groups (NVIDIA: 32 lanes, SPLIT 16), a
+    // row group is SPLIT lanes of one subgroup and sums by shuffles; elsewhere (lavapipe's 8
+    // lanes under the GPU shapes) through shared memory, one barrier.
+    bool shuffles = SPLIT > 1 && gl_SubgroupSize >= SPLIT && gl_NumSubgroups * gl_SubgroupSize == WG;
+    uint g = shuffles ? gl_SubgroupID * (gl_SubgroupSize / SPLIT) + gl_SubgroupInvocationID / SPLIT
+                      : lid / SPLIT;
+    uint lane = shuffles ? gl_SubgroupInvocationID % SPLIT : lid % SPLIT;
     uint row0 = (gl_WorkGroupID.x * GROUPS + g) * R;
     float acc[NR * T];
+    float ss[T];  // this lane's blocks' sums of squares per token
     [[unroll]] for (uint i = 0; i < NR * T; i++) acc[i] = 0.0;
+    [[unroll]] for (uint t = 0; t < T; t++) ss[t] = 0.0;
     for (uint b = lane; b < NB; b += SPLIT) {
         vec4 nw[8];  // norm weights of this block
         if (NORM != 0) {
@@ -77,14 +58,16 @@ void main() {
         vec4 x[T * 8];
         float xs[T];  // block sums of the inputs, for the m offset
         [[unroll]] for (uint t = 0; t < T; t++) {
-            vec4 s4 = vec4(0.0);
+            vec4 s4 = vec4(0.0), q4 = vec4(0.0);
             [[unroll]] for (uint j = 0; j < 8; j++) {
                 vec4 v = texelFetch(ACTT, int(xrow[t] + b * 8 + j));
-                if (NORM != 0) v *= inv[t] * nw[j];
+                q4 += v * v;
+                if (NORM != 0) v *= nw[j];
                 x[t * 8 + j] = v;
                 s4 += v;
             }
             xs[t] = s4.x + s4.y + s4.z + s4.w;
+            ss[t] += q4.x + q4.y + q4.z + q4.w;
         }
         [[unroll]] for (uint r = 0; r < NR; r++) {
             uint wr = r < R ? row0 + r : M + row0 + r - R;  // gate|up: up rows follow gate's
@@ -100,12 +83,28 @@ void main() {
             }
         }
     }
-    if (SPLIT > 1) {
-        [[unroll]] for (uint i = 0; i < NR * T; i++) red[lid * NR * T + i] = acc[i];
+    if (shuffles) {
+        [[unroll]] for (uint mask = SPLIT / 2; mask > 0; mask /= 2) {
+            [[unroll]] for (uint i = 0; i < NR * T; i++) acc[i] += subgroupShuffleXor(acc[i], mask);
+            if (NORM != 0) {
+                [[unroll]] for (uint t = 0; t < T; t++) ss[t] += subgroupShuffleXor(ss[t], mask);
+            }
+        }
+        if (lane != 0) return;
+    } else if (SPLIT > 1) {
+        [[unroll]] for (uint i = 0; i < NR * T; i++) red[lid * RED + i] = acc[i];
+        [[unroll]] for (uint t = 0; t < T; t++) red[lid * RED + NR * T + t] = ss[t];
         barrier();
         if (lane != 0) return;
         for (uint l = 1; l < SPLIT; l++) {
-            [[unroll]] for (uint i = 0; i < NR * T; i++) acc[i] += red[(lid + l) * NR * T + i];
+            [[unroll]] for (uint i = 0; i < NR * T; i++) acc[i] += red[(lid + l) * RED + i];
+            [[unroll]] for (uint t = 0; t < T; t++) ss[t] += red[(lid + l) * RED + NR * T + t];
+        }
+    }
+    if (NORM != 0) {
+        [[unroll]] for (uint t = 0; t < T; t++) {
+            float inv = 1.0 / sqrt(ss[t] / float(K) + EPS);
+            [[unroll]] for (uint r = 0; r < NR; r++) acc[r * T + t] *= inv;
         }
     }
 

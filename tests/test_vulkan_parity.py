@@ -100,6 +100,18 @@ def test_greedy_generation_matches_numpy(tiny_model, vk_backend) -> None:
     assert out[0] == out[1]
 
 
+@pytest.mark.parametrize("split", [4, 8])
+def test_products_summed_by_shuffles_match_numpy(tmp_path_factory, backend_with, split) -> None:
+    """The GPU shapes with row groups that fit lavapipe's 8-lane subgroups, so matmul.comp sums
+    them by shuffles (the GPU default, 16 lanes a row group, takes shared memory here)."""
+    from engine.backends.vulkan.tuning import GPU
+
+    model = tiny(tmp_path_factory, QT.Q4_1)
+    want, _ = run_steps(model, None, TOKENS)
+    got, _ = run_steps(model, backend_with(replace(GPU, split=split)), TOKENS)
+    np.testing.assert_allclose(got, want, atol=ATOL, rtol=0)
+
+
 def test_unreadable_tensor_type_is_a_clear_error(tmp_path_factory, vk_backend) -> None:
     model = tiny(tmp_path_factory, QT.Q5_0)
     with pytest.raises(UnsupportedTensorTypeForVulkanError, match="Q5_0|ggml type 6"):

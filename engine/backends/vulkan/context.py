@@ -124,7 +124,8 @@ class Context:
 
     def _subgroup_size(self) -> int:
         """The compute subgroup size; attention runs one subgroup per workgroup and reduces
-        with subgroup arithmetic, so a device without it cannot run the backend."""
+        with subgroup arithmetic, and the matrix products sum rows by shuffles, so a device
+        without both cannot run the backend (every desktop GPU and lavapipe has them)."""
         v, ffi = self.vk, self.ffi
         sub = ffi.new("VkPhysicalDeviceSubgroupProperties*")
         sub.sType = v.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES
@@ -132,11 +133,12 @@ class Context:
         props.sType = v.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2
         props.pNext = sub
         v.lib.vkGetPhysicalDeviceProperties2(self.physical, props)
-        arithmetic = v.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT
-        if not (int(sub.supportedOperations) & arithmetic
+        needed = v.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT | v.VK_SUBGROUP_FEATURE_SHUFFLE_BIT
+        if not ((int(sub.supportedOperations) & needed) == needed
                 and int(sub.supportedStages) & v.VK_SHADER_STAGE_COMPUTE_BIT):
             raise VulkanUnavailableError(
-                f"Vulkan device {self.info.name} lacks subgroup arithmetic in compute shaders")
+                f"Vulkan device {self.info.name} lacks subgroup arithmetic or shuffles in "
+                f"compute shaders")
         return int(sub.subgroupSize)
 
     def _compute_family(self) -> int:

@@ -45,10 +45,12 @@ class Tuning:
     def __post_init__(self) -> None:
         # attention_prefill.comp: its 128 invocations own whole columns of [queries, 32] scores.
         if self.prefill_queries <= 0 or self.prefill_queries % 4 or self.prefill_splits < 1 \
-                or min(self.prefill_run_tiles, self.fold_loads, self.argmax_groups) < 1:
-            raise ValueError(f"prefill_queries must be a multiple of 4, prefill_splits, "
+                or min(self.prefill_run_tiles, self.fold_loads, self.argmax_groups) < 1 \
+                or self.split & (self.split - 1):
+            raise ValueError(f"split must be a power of two (matmul.comp sums a row group by "
+                             f"shuffles), prefill_queries a multiple of 4, prefill_splits, "
                              f"prefill_run_tiles, fold_loads and argmax_groups at least 1: "
-                             f"{self.prefill_queries}, {self.prefill_splits}, "
+                             f"{self.split}, {self.prefill_queries}, {self.prefill_splits}, "
                              f"{self.prefill_run_tiles}, {self.fold_loads}, "
                              f"{self.argmax_groups}")
 
@@ -93,12 +95,12 @@ def tuning_for(ctx: Context) -> Tuning:
 
 def matmul_tokens(t: Tuning, gate_up: bool, max_shared: int, decode: bool) -> int:
     """Tokens per matmul workgroup: up to max_tokens, as many as the SPLIT reduction's shared
-    memory holds ([WG, rows, T] floats), a power of two."""
+    memory holds ([WG, rows + 1, T] floats: partial dots and sums of squares), a power of two."""
     if decode:
         return 1
     nr = 2 * t.rows if gate_up else t.rows
     tokens = t.max_tokens
-    while tokens > 1 and t.split > 1 and 4 * t.wg * nr * tokens > max_shared:
+    while tokens > 1 and t.split > 1 and 4 * t.wg * (nr + 1) * tokens > max_shared:
         tokens //= 2
     return tokens
 
