@@ -3,6 +3,7 @@ decode tok/s over the matrix-vector workgroup shapes. One JSON line per measurem
 
     python scripts/profile_vulkan.py [--model GGUF] [--contexts 16,2000,4000]
         [--prefill 256,2048] [--steps 32] [--variant wg=64,split=32 ...] [--tuning gpu|cpu]
+        [--shader-dir DIR]
 
 - `round_trip`: submitting an empty command buffer and waiting for it (the floor of any step).
 - `decode`: per context, host ms per decode_one_token (untimed passes), the part of it spent
@@ -181,15 +182,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variant", action="append", default=[],
                    help="knob=value,... a tuning to profile decode with beside the device's")
     p.add_argument("--tuning", choices=["gpu", "cpu"], help="force these shapes")
+    p.add_argument("--shader-dir", type=Path,
+                   help="read the SPIR-V from here (another build of shaders/, for an A/B)")
     args = p.parse_args(argv)
     if args.tuning:
         options.configure(replace(options.current(), tuning=args.tuning))
+    if args.shader_dir:
+        options.configure(replace(options.current(), shader_dir=args.shader_dir))
     model = load_model(Path(args.model) if args.model else default_model_path(),
                        Path(args.cache_dir), f32_weights=False)
     backend = VulkanBackend()
     policy = RingPolicy()
     emit({"what": "device", "name": backend.ctx.info.name, "driver": backend.ctx.info.driver,
-          "coopmat": backend.ctx.coopmat, "tuning": backend.tuning.__dict__})
+          "coopmat": backend.ctx.coopmat, "tuning": backend.tuning.__dict__,
+          "shader_dir": str(options.current().shader_dir)})
     emit({"what": "round_trip", **round_trip(backend.ctx, 200)})
     timer = DispatchTimer(backend.ctx)
     decode_contexts(model, backend, policy, args.contexts, args.steps, timer, args.variant)

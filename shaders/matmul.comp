@@ -14,13 +14,55 @@
 layout(local_size_x_id = 0) in;
 
 const uint NB = K / 32;                        // blocks per weight row
-const uint KV4 = K / 4;                        // texels per input row
+const uint BPL = (NB + SPLIT - 1) / SPLIT;     // blocks per invocation (the most)
 const uint GROUPS = WG / SPLIT;                // row groups per workgroup
 const uint NR = MODE == MODE_GATEUP ? 2 * R : R;  // weight rows per row group
 const bool OFFSET = QTYPE == QT_Q4_1 || QTYPE == QT_Q4_0;  // blocks carry an additive m
 
 const uint RED = NR * T + T;  // floats per invocation in `red`: partial dots, sums of squares
 shared float red[SPLIT > 1 ? WG * RED : 1];  // [WG, RED] partials, where shuffles cannot sum them
+
+// The product's running state per invocation. Globals, not parameters: passed to a function,
+// arrays sized by specialization constants came back wrong (lavapipe, glslc).
+uint xrow[T];     // input row of each token (texel offset)
+float acc[NR * T];  // [NR, T] partial dots
+float ss[T];      // sums of squares of the inputs this invocation read, per token
+
+// Adds block b of the row group's rows (starting at row0) to acc and ss, times `valid` (0 for
+// the clamped blocks past the row that an unrolled loop reads, so their loads need no branch).
+void add_block(uint b, uint row0, float valid) {
+    vec4 nw[8];  // norm weights of this block
+    if (NORM != 0) {
+        [[unroll]] for (uint j = 0; j < 8; j++) nw[j] = texelFetch(VECT, int(pc.norm_off / 4 + b * 8 + j));
+    }
+    vec4 x[T * 8];
+    float xs[T];  // block sums of the inputs, for the m offset
+    [[unroll]] for (uint t = 0; t < T; t++) {
+        vec4 s4 = vec4(0.0), q4 = vec4(0.0);
+        [[unroll]] for (uint j = 0; j < 8; j++) {
+            vec4 v = texelFetch(ACTT, int(xrow[t] + b * 8 + j));
+            q4 += v * v;
+            if (NORM != 0) v *= nw[j];
+            x[t * 8 + j] = v;
+            s4 += v;
+        }
+        xs[t] = s4.x + s4.y + s4.z + s4.w;
+        ss[t] += valid * (q4.x + q4.y + q4.z + q4.w);
+    }
+    [[unroll]] for (uint r = 0; r < NR; r++) {
+        uint wr = r < R ? row0 + r : M + row0 + r - R;  // gate|up: up rows follow gate's
+        wr = min(wr, MROWS - 1);  // rows past M compute garbage that is never stored
+        vec4 w[8];
+        float d, m;
+        load_block(pc.w_texel + (wr * NB + b) * TPB, pc.w_block + wr * NB + b, w, d, m);
+        [[unroll]] for (uint t = 0; t < T; t++) {
+            vec4 s4 = w[0] * x[t * 8] + w[1] * x[t * 8 + 1] + w[2] * x[t * 8 + 2]
+                    + w[3] * x[t * 8 + 3] + w[4] * x[t * 8 + 4] + w[5] * x[t * 8 + 5]
+                    + w[6] * x[t * 8 + 6] + w[7] * x[t * 8 + 7];
+            acc[r * T + t] += valid * (d * (s4.x + s4.y + s4.z + s4.w) + (OFFSET ? m * xs[t] : 0.0));
+        }
+    }
+}
 
 void main() {
     uint lid = gl_LocalInvocationID.x;
@@ -30,14 +72,8 @@ void main() {
     if (tok0 >= C) return;  // the whole workgroup leaves together
 
     // Input rows (texel offsets); tokens past the chunk re-read a valid row, never stored.
-    uint xrow[T];
     [[unroll]] for (uint t = 0; t < T; t++) xrow[t] = (pc.in_off + min(tok0 + t, C - 1) * K) / 4;
 
-    // RMSNorm folded into the product: y = inv * W (nw * x) with inv = 1 / rms(x), and the SPLIT
-    // lanes of a row group cover every block of the row between them, so the sums of squares
-    // come from the same loads as the dots and inv scales the sums at the end: no pass over
-    // the row before the product, no barrier (on an H200 the prologue and its barrier were
-    // a dependent round trip in every q|k|v, gate|up and logits dispatch).
     // Where every subgroup is full and holds whole row groups (NVIDIA: 32 lanes, SPLIT 16), a
     // row group is SPLIT lanes of one subgroup and sums by shuffles; elsewhere (lavapipe's 8
     // lanes under the GPU shapes) through shared memory, one barrier.
@@ -46,42 +82,19 @@ void main() {
                       : lid / SPLIT;
     uint lane = shuffles ? gl_SubgroupInvocationID % SPLIT : lid % SPLIT;
     uint row0 = (gl_WorkGroupID.x * GROUPS + g) * R;
-    float acc[NR * T];
-    float ss[T];  // this lane's blocks' sums of squares per token
     [[unroll]] for (uint i = 0; i < NR * T; i++) acc[i] = 0.0;
     [[unroll]] for (uint t = 0; t < T; t++) ss[t] = 0.0;
-    for (uint b = lane; b < NB; b += SPLIT) {
-        vec4 nw[8];  // norm weights of this block
-        if (NORM != 0) {
-            [[unroll]] for (uint j = 0; j < 8; j++) nw[j] = texelFetch(VECT, int(pc.norm_off / 4 + b * 8 + j));
+    // GPU: every block a lane owns in one unrolled loop of branch-free loads (a lane past the
+    // row re-reads its last block and adds 0), so all of them are in flight at once; a loop
+    // that stopped at the row's end waited a memory round trip per block. CPU (SPLIT = 1):
+    // one invocation walks the row, one block at a time.
+    if (SPLIT > 1) {
+        [[unroll]] for (uint i = 0; i < BPL; i++) {
+            uint b = lane + i * SPLIT;
+            add_block(min(b, NB - 1), row0, b < NB ? 1.0 : 0.0);
         }
-        vec4 x[T * 8];
-        float xs[T];  // block sums of the inputs, for the m offset
-        [[unroll]] for (uint t = 0; t < T; t++) {
-            vec4 s4 = vec4(0.0), q4 = vec4(0.0);
-            [[unroll]] for (uint j = 0; j < 8; j++) {
-                vec4 v = texelFetch(ACTT, int(xrow[t] + b * 8 + j));
-                q4 += v * v;
-                if (NORM != 0) v *= nw[j];
-                x[t * 8 + j] = v;
-                s4 += v;
-            }
-            xs[t] = s4.x + s4.y + s4.z + s4.w;
-            ss[t] += q4.x + q4.y + q4.z + q4.w;
-        }
-        [[unroll]] for (uint r = 0; r < NR; r++) {
-            uint wr = r < R ? row0 + r : M + row0 + r - R;  // gate|up: up rows follow gate's
-            wr = min(wr, MROWS - 1);  // rows past M compute garbage that is never stored
-            vec4 w[8];
-            float d, m;
-            load_block(pc.w_texel + (wr * NB + b) * TPB, pc.w_block + wr * NB + b, w, d, m);
-            [[unroll]] for (uint t = 0; t < T; t++) {
-                vec4 s4 = w[0] * x[t * 8] + w[1] * x[t * 8 + 1] + w[2] * x[t * 8 + 2]
-                        + w[3] * x[t * 8 + 3] + w[4] * x[t * 8 + 4] + w[5] * x[t * 8 + 5]
-                        + w[6] * x[t * 8 + 6] + w[7] * x[t * 8 + 7];
-                acc[r * T + t] += d * (s4.x + s4.y + s4.z + s4.w) + (OFFSET ? m * xs[t] : 0.0);
-            }
-        }
+    } else {
+        for (uint b = 0; b < NB; b++) add_block(b, row0, 1.0);
     }
     if (shuffles) {
         [[unroll]] for (uint mask = SPLIT / 2; mask > 0; mask /= 2) {
@@ -101,6 +114,11 @@ void main() {
             [[unroll]] for (uint t = 0; t < T; t++) ss[t] += red[(lid + l) * RED + NR * T + t];
         }
     }
+    // RMSNorm folded into the product: y = inv * W (nw * x) with inv = 1 / rms(x), and the SPLIT
+    // lanes of a row group cover every block of the row between them, so the sums of squares
+    // come from the same loads as the dots and inv scales the sums at the end: no pass over
+    // the row before the product, no barrier (on an H200 the prologue and its barrier were
+    // a dependent round trip in every q|k|v, gate|up and logits dispatch).
     if (NORM != 0) {
         [[unroll]] for (uint t = 0; t < T; t++) {
             float inv = 1.0 / sqrt(ss[t] / float(K) + EPS);
