@@ -2,11 +2,13 @@
 
     python scripts/sweep_vulkan.py decode [--contexts 16,2000,4000] [--steps 64] [--model GGUF]
         [--split-slots 16,32,64] [--max-splits 32,64,128] [--pv-tile 1,0] [--mass-split 4]
-        [--fold-loads 4,16] [--argmax-groups 1,16]
+        [--fold-loads 4,16] [--argmax-groups 1,16] [--split 16,32] [--wg 64,128] [--rows 2,4]
+        [--logits-rows 2,4]
     python scripts/sweep_vulkan.py prefill [--prompts 256,2048] [--repeat 3] [--model GGUF]
         [--prefill-splits 1,4,16] [--prefill-queries 16,8,4] [--coopmat 1,0]
 
-For one lease on a GPU, on the tuning the device gets (or --tuning) with the knobs swapped. decode:
+For one lease on a GPU, on the tuning the device gets (or --tuning) with the knobs swapped (a
+knob not given keeps the device's value). decode:
 each context is prefilled once, then every combination records its own decode pass over that
 same ring (backend.make_forward) and rolls the ring back afterwards, so a combination costs
 its decode steps only and every one sees the same context. prefill: every combination ingests
@@ -31,6 +33,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
+# Tuning fields the decode sweep can vary: split attention's, then the matrix products' shape.
+DECODE_KNOBS = ("split_slots", "max_splits", "pv_tile", "mass_split", "fold_loads",
+                "argmax_groups", "split", "wg", "rows", "logits_rows")
+
+
 def ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
@@ -41,18 +48,17 @@ def sweep_decode(args, model, backend, policy) -> None:
     from engine.tools.bench import synthetic_tokens
 
     base, vocab = backend.tuning, model.config.vocab_size
-    combos = list(itertools.product(args.split_slots, args.max_splits, args.pv_tile,
-                                    args.mass_split, args.fold_loads, args.argmax_groups))
+    # Each knob's values: as given, else the device's tuning's own.
+    values = {k: getattr(args, k) or [getattr(base, k)] for k in DECODE_KNOBS}
+    combos = [dict(zip(values, c)) for c in itertools.product(*values.values())]
     for ctx in args.contexts:
         backend.tuning = base
         conv = Conversation(model, policy, backend=backend)
         conv.ingest(synthetic_tokens(vocab, ctx, 0))
         mark = conv.ring.mark()
         steps = synthetic_tokens(vocab, args.warmup + args.steps, 1)
-        for split_slots, max_splits, pv_tile, mass_split, fold_loads, argmax_groups in combos:
-            t = replace(base, split_slots=split_slots, max_splits=max_splits,
-                        pv_tile=bool(pv_tile), mass_split=mass_split, fold_loads=fold_loads,
-                        argmax_groups=argmax_groups)
+        for combo in combos:
+            t = replace(base, **{k: type(getattr(base, k))(v) for k, v in combo.items()})
             backend.tuning = t
             forward = backend.make_forward(model, conv.ring)
             for token in steps[: args.warmup]:
@@ -65,9 +71,7 @@ def sweep_decode(args, model, backend, policy) -> None:
             conv.ring.rollback(mark)
             length, count = split_runs(t, live)
             print(json.dumps({
-                "context": live, "split_slots": split_slots,
-                "max_splits": max_splits, "pv_tile": bool(pv_tile), "mass_split": mass_split,
-                "fold_loads": fold_loads, "argmax_groups": argmax_groups,
+                "context": live, **{k: getattr(t, k) for k in DECODE_KNOBS},
                 "splits": count, "slots_per_split": length,
                 "workgroups": count * model.config.n_kv_heads,
                 "decode_tok_s": round(args.steps / elapsed, 1),
@@ -117,16 +121,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tuning", choices=["gpu", "cpu"], help="force these shapes (default: the "
                    "device's); gpu on lavapipe tries the sweep out without a GPU")
     sub = p.add_subparsers(dest="what", required=True)
-    d = sub.add_parser("decode", help="decode tok/s over the split decode attention knobs")
+    d = sub.add_parser("decode", help="decode tok/s over the attention and product knobs")
     d.add_argument("--contexts", type=ints, default=[16, 2000, 4000])
     d.add_argument("--steps", type=int, default=64, help="timed decode steps per combination")
     d.add_argument("--warmup", type=int, default=4)
-    d.add_argument("--split-slots", type=ints, default=[16, 32, 64])
-    d.add_argument("--max-splits", type=ints, default=[32, 64, 128])
-    d.add_argument("--pv-tile", type=ints, default=[1, 0])
-    d.add_argument("--mass-split", type=ints, default=[4])
-    d.add_argument("--fold-loads", type=ints, default=[4])
-    d.add_argument("--argmax-groups", type=ints, default=[1])
+    for knob in DECODE_KNOBS:
+        d.add_argument("--" + knob.replace("_", "-"), type=ints,
+                       help=f"values of Tuning.{knob} (default: the device's)")
     f = sub.add_parser("prefill", help="prefill tok/s over the tiled prefill attention knobs")
     f.add_argument("--prompts", type=ints, default=[256, 2048])
     f.add_argument("--repeat", type=int, default=3, help="timed ingests per combination")

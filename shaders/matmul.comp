@@ -74,7 +74,7 @@ void main() {
     // Input rows (texel offsets); tokens past the chunk re-read a valid row, never stored.
     [[unroll]] for (uint t = 0; t < T; t++) xrow[t] = (pc.in_off + min(tok0 + t, C - 1) * K) / 4;
 
-    // Where every subgroup is full and holds whole row groups (NVIDIA: 32 lanes, SPLIT 16), a
+    // Where every subgroup is full and holds whole row groups (NVIDIA: 32 lanes, SPLIT 32), a
     // row group is SPLIT lanes of one subgroup and sums by shuffles; elsewhere (lavapipe's 8
     // lanes under the GPU shapes) through shared memory, one barrier.
     bool shuffles = SPLIT > 1 && gl_SubgroupSize >= SPLIT && gl_NumSubgroups * gl_SubgroupSize == WG;

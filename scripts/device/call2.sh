@@ -21,8 +21,8 @@ sweep() {
 }
 # SWEEP=0 skips it: call 3 then benches tuning.GPU's defaults as they are.
 if [ "${SWEEP:-1}" != 0 ]; then
-    sweep decode --split-slots 64 --max-splits 64,128 --pv-tile 1 --fold-loads 4,16 \
-        --argmax-groups 1,16
+    sweep decode --split-slots 64 --max-splits 64 --pv-tile 1 --fold-loads 4,16 \
+        --argmax-groups 1 --mass-split 4,16 --split 16,32 --wg 64,128,256 --logits-rows 2,4
     sweep prefill --prefill-splits 1,16 --prefill-queries 16,4 --coopmat 1,0
     python3 scripts/device/pick_tuning.py "$OUT/sweep-decode.jsonl" "$OUT/sweep-prefill.jsonl" \
         > "$STATE/tuning.json" && cp "$STATE/tuning.json" "$OUT/" && say "tuning $(cat "$OUT/tuning.json")"

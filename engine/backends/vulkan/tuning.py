@@ -79,7 +79,10 @@ CPU = Tuning(wg=32, rows=8, split=1, max_tokens=4, prefill_chunk=128, small_wg=3
 # logits_rows 4: the logits product (49,152 rows of 576) took 40.7 us with R = 2, 28.7 with 4
 # and 33 with 8 or 16 (scripts/profile_vulkan.py, 2026-12-02); the other products were slower
 # with R = 4 (they have 576-3072 rows: fewer workgroups).
-GPU = Tuning(wg=128, rows=2, split=16, max_tokens=4, prefill_chunk=256, small_wg=128,
+# split 32: a row group is one whole subgroup, summed by shuffles; K = 576 is then one block a
+# lane (18 of 32 lanes), K = 1536 two. The layer products took 1.13 ms a step instead of
+# 1.27 at 16 slots (H200, profile_vulkan.py over two shader builds, twice, interleaved).
+GPU = Tuning(wg=128, rows=2, split=32, max_tokens=4, prefill_chunk=256, small_wg=128,
              split_slots=64, max_splits=64, pv_tile=True, mass_split=16,
              tiled_from=16, coopmat=True, prefill_splits=16, prefill_run_tiles=8, logits_rows=4)
 
