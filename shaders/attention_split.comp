@@ -1,8 +1,11 @@
 #version 450
-// Decode attention, split over the live slots ("flash-decoding"): workgroup (sp, g) is one
-// subgroup (WG = subgroup size) that attends the G = NH/NKV query heads of K/V head g over the
-// sp-th run of slots (split.glsl), so a long context fills the GPU's cores instead of NKV of
-// them. The decoded token sees every live slot, its own included: prm.N of them.
+// Decode attention, split over the live slots ("flash-decoding"): workgroup (sp, g) attends
+// the G = NH/NKV query heads of K/V head g over the sp-th run of slots (split.glsl), so a long
+// context fills the GPU's cores instead of NKV of them. The decoded token sees every live
+// slot, its own included: prm.N of them. A workgroup is SPLIT_SUBGROUPS subgroups (WG = that
+// many times the subgroup size), each over its own part of the run; they share the run's max
+// before any exponential and add up their sums and outputs in shared memory, so that to the
+// fold and mass.comp the run is one, whatever the number of subgroups.
 //
 // Each split writes its probabilities unnormalised (relative to its own max) to the
 // probability rows, and its max, sum and unnormalised output to `splits`. The last split of a
@@ -11,27 +14,38 @@
 // contexts) the workgroup normalises directly, and its factor is its 1/sum.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_basic : require
 #include "common.glsl"
 #include "split.glsl"
 
 layout(local_size_x_id = 0) in;
 
+layout(constant_id = 32) const uint SPLIT_SUBGROUPS = 1;
+
 const uint G = NH / NKV;
 const uint H4 = HD / 4;
+const uint SGS = WG / SPLIT_SUBGROUPS;  // lanes per subgroup
 // Outputs live in lanes across a head's HD/4 vec4s (DL of them) and, where the subgroup is
 // wider than that, SG groups of lanes over alternate slots (or splits, in the fold), summed
 // into group 0 through shared memory.
-const uint DL = WG < H4 ? WG : H4;
-const uint SG = WG / DL;
+const uint DL = SGS < H4 ? SGS : H4;
+const uint SG = SGS / DL;
 const uint DPL = (H4 + DL - 1) / DL;  // vec4s per lane per head
 const uint PU = 4;  // slots whose loads a lane keeps in flight
 // The fold: splits whose outputs a lane loads at once (up to 63 of them wait on one
 // workgroup per K/V head at long contexts), and split maxima per lane per head.
 layout(constant_id = 29) const uint FOLD_LOADS = 4;
-const uint KPL = (MAX_SPLITS + WG - 1) / WG;
+const uint KPL = (MAX_SPLITS + SGS - 1) / SGS;
+const uint NSUB = SPLIT_SUBGROUPS;
 
-shared float tile[PV_TILE != 0 ? G * WG : 1];  // [G, WG] probabilities of one tile of slots
-shared vec4 red[SG > 1 ? G * DPL * WG : 1];     // [WG, G * DPL] slot groups' partial outputs
+// Per subgroup (each its own slice, synchronised by subgroup barriers only):
+shared float tile[PV_TILE != 0 ? NSUB * G * SGS : 1];  // [NSUB, G, SGS] a tile's probabilities
+shared vec4 red[SG > 1 ? NSUB * G * DPL * SGS : 1];     // [NSUB, SGS, G * DPL] groups' outputs
+// Across the workgroup's subgroups: their maxima and sums [2, NSUB, G] and group 0's outputs
+// [NSUB, G * DPL, DL].
+shared float wg_ms[NSUB > 1 ? 2 * NSUB * G : 1];
+shared vec4 wg_o[NSUB > 1 ? NSUB * G * DPL * DL : 1];
+uint sub;  // this invocation's subgroup (a global: the helpers index their slices with it)
 
 // This lane's outputs ([G, DPL] vec4s) and softmax sums ([G]). Globals, not parameters: passed
 // to a function, arrays sized by specialization constants came back wrong (lavapipe, glslc).
@@ -42,14 +56,15 @@ float mx[G];  // the split's max score per head
 // Adds the other slot groups' partial outputs into group 0's lanes (shared memory).
 void sum_groups(uint grp, uint dl) {
     if (SG == 1) return;
-    [[unroll]] for (uint i = 0; i < G * DPL; i++) red[(grp * DL + dl) * G * DPL + i] = o[i];
-    barrier();
+    uint r0 = sub * SGS * G * DPL;
+    [[unroll]] for (uint i = 0; i < G * DPL; i++) red[r0 + (grp * DL + dl) * G * DPL + i] = o[i];
+    subgroupBarrier();
     if (grp == 0) {
         for (uint k = 1; k < SG; k++) {
-            [[unroll]] for (uint i = 0; i < G * DPL; i++) o[i] += red[(k * DL + dl) * G * DPL + i];
+            [[unroll]] for (uint i = 0; i < G * DPL; i++) o[i] += red[r0 + (k * DL + dl) * G * DPL + i];
         }
     }
-    barrier();  // `red` is reused by the next call
+    subgroupBarrier();  // `red` is reused by the next call
 }
 
 // Group 0's lanes write o / sum: vec4 dl + c * DL of each head j to act[out0 + j * HD ..].
@@ -69,13 +84,13 @@ void store_outputs(uint grp, uint dl, uint out0) {
     }
 }
 
-// Probabilities and outputs, GPU form (PV_TILE): one tile of WG slots at a time, each lane
+// Probabilities and outputs, GPU form (PV_TILE): one tile of SGS slots at a time, each lane
 // exponentiates the scores it wrote itself (no memory barrier), shares them through `tile`,
 // then lanes across the output dimensions sum p * v over the tile. Few registers per lane and
 // no cross-lane sums of whole heads; two barriers per tile.
 void pv_tiled(uint lane, uint s0, uint s1, uint row0, uint kbase) {
-    uint dl = lane % DL, grp = lane / DL;
-    for (uint base = s0; base < s1; base += WG) {
+    uint dl = lane % DL, grp = lane / DL, t0 = sub * G * SGS;
+    for (uint base = s0; base < s1; base += SGS) {
         uint s = base + lane;
         [[unroll]] for (uint j = 0; j < G; j++) {
             float p = 0.0;
@@ -84,10 +99,10 @@ void pv_tiled(uint lane, uint s0, uint s1, uint row0, uint kbase) {
                 probs[(row0 + j) * S + s] = p;
             }
             sum[j] += p;
-            tile[j * WG + lane] = p;
+            tile[t0 + j * SGS + lane] = p;
         }
-        barrier();
-        uint count = min(WG, s1 - base);
+        subgroupBarrier();
+        uint count = min(SGS, s1 - base);
         // PU slots' values in flight per lane (the same order of sums as one at a time): a
         // loop of single loads waited out a memory round trip per slot (H200: most of a
         // layer's 17 us at 16 slots).
@@ -103,11 +118,11 @@ void pv_tiled(uint lane, uint s0, uint s1, uint row0, uint kbase) {
                 [[unroll]] for (uint k = 0; k < PU; k++) {
                     uint u = u0 + k * SG;
                     if (u >= count) break;
-                    [[unroll]] for (uint j = 0; j < G; j++) o[j * DPL + c] += tile[j * WG + u] * v[k];
+                    [[unroll]] for (uint j = 0; j < G; j++) o[j * DPL + c] += tile[t0 + j * SGS + u] * v[k];
                 }
             }
         }
-        barrier();  // the next tile overwrites `tile`
+        subgroupBarrier();  // the next tile overwrites `tile`
     }
 }
 
@@ -116,7 +131,7 @@ void pv_tiled(uint lane, uint s0, uint s1, uint row0, uint kbase) {
 void pv_by_slot(uint lane, uint s0, uint s1, uint row0, uint kbase) {
     vec4 acc[G * H4];
     [[unroll]] for (uint i = 0; i < G * H4; i++) acc[i] = vec4(0.0);
-    for (uint s = s0 + lane; s < s1; s += WG) {
+    for (uint s = s0 + lane; s < s1; s += SGS) {
         float p[G];
         [[unroll]] for (uint j = 0; j < G; j++) {
             p[j] = exp(probs[(row0 + j) * S + s] - mx[j]);
@@ -138,12 +153,15 @@ void pv_by_slot(uint lane, uint s0, uint s1, uint row0, uint kbase) {
 }
 
 void main() {
-    uint lane = gl_LocalInvocationID.x;
+    uint lane = gl_SubgroupInvocationID;
+    sub = gl_SubgroupID;
     uint sp = gl_WorkGroupID.x, g = gl_WorkGroupID.y;
     uint n = prm.N;
     uint len = split_len(n), nsplit = split_count(n);
     if (sp >= nsplit) return;  // the whole workgroup leaves together
-    uint s0 = sp * len, s1 = min(n, s0 + len);
+    // The run [r0, r1), and this subgroup's part of it [s0, s1) (empty past the run's end).
+    uint r0 = sp * len, r1 = min(n, r0 + len), part = (len + NSUB - 1) / NSUB;
+    uint s0 = min(r1, r0 + sub * part), s1 = min(r1, s0 + part);
 
     float scale = 1.0 / sqrt(float(HD));
     vec4 q[G * H4];  // [G, HD/4] scaled queries (the same in every lane)
@@ -154,7 +172,7 @@ void main() {
 
     // Scores: lanes stride over the run's slots.
     [[unroll]] for (uint j = 0; j < G; j++) mx[j] = -1.0 / 0.0;
-    for (uint s = s0 + lane; s < s1; s += WG) {
+    for (uint s = s0 + lane; s < s1; s += SGS) {
         float sc[G];
         [[unroll]] for (uint j = 0; j < G; j++) sc[j] = 0.0;
         [[unroll]] for (uint i = 0; i < H4; i++) {
@@ -167,6 +185,15 @@ void main() {
         }
     }
     [[unroll]] for (uint j = 0; j < G; j++) mx[j] = subgroupMax(mx[j]);
+    if (NSUB > 1) {  // the run's max: every subgroup exponentiates against the same one
+        if (lane == 0) {
+            [[unroll]] for (uint j = 0; j < G; j++) wg_ms[sub * G + j] = mx[j];
+        }
+        barrier();
+        [[unroll]] for (uint j = 0; j < G; j++) {
+            for (uint k = 0; k < NSUB; k++) mx[j] = max(mx[j], wg_ms[k * G + j]);
+        }
+    }
 
     uint dl = lane % DL, grp = lane / DL;
     [[unroll]] for (uint j = 0; j < G; j++) sum[j] = 0.0;
@@ -178,6 +205,22 @@ void main() {
         pv_by_slot(lane, s0, s1, row0, kbase);
     }
     [[unroll]] for (uint j = 0; j < G; j++) sum[j] = subgroupAdd(sum[j]);
+    if (NSUB > 1) {  // subgroup 0 adds the others' sums and outputs; it alone goes on
+        if (grp == 0) {
+            [[unroll]] for (uint i = 0; i < G * DPL; i++) wg_o[(sub * G * DPL + i) * DL + dl] = o[i];
+        }
+        if (lane == 0) {
+            [[unroll]] for (uint j = 0; j < G; j++) wg_ms[(NSUB + sub) * G + j] = sum[j];
+        }
+        barrier();
+        if (sub != 0) return;
+        for (uint k = 1; k < NSUB; k++) {
+            if (grp == 0) {
+                [[unroll]] for (uint i = 0; i < G * DPL; i++) o[i] += wg_o[(k * G * DPL + i) * DL + dl];
+            }
+            [[unroll]] for (uint j = 0; j < G; j++) sum[j] += wg_ms[(NSUB + k) * G + j];
+        }
+    }
 
     uint out0 = pc.out_off + g * G * HD;
     if (nsplit == 1) {
@@ -211,7 +254,7 @@ void main() {
         }
     }
     memoryBarrierBuffer();  // release: the partials before the count
-    barrier();
+    subgroupBarrier();
     uint done = 0;
     if (lane == 0) done = atomicAdd(counters[g], 1u) + 1;
     done = subgroupMax(done);
@@ -221,11 +264,11 @@ void main() {
 
     // Mass factors: every head's split maxima and sums loaded at once (lanes over splits, KPL
     // each), then per head the global max and 1/sum. Summed in the order a loop over k = lane,
-    // lane + WG, .. would (a split past the last adds exactly 0).
+    // lane + SGS, .. would (a split past the last adds exactly 0).
     float km[G * KPL], ks[G * KPL], fold_max[G], fold_inv[G];
     [[unroll]] for (uint j = 0; j < G; j++) {
         [[unroll]] for (uint q = 0; q < KPL; q++) {
-            uint k = lane + q * WG, at = (head0 + j) * MAX_SPLITS + min(k, nsplit - 1);
+            uint k = lane + q * SGS, at = (head0 + j) * MAX_SPLITS + min(k, nsplit - 1);
             km[j * KPL + q] = k < nsplit ? splits[SP_MAX + at] : -1.0 / 0.0;
             ks[j * KPL + q] = k < nsplit ? splits[SP_SUM + at] : 0.0;
         }
@@ -239,7 +282,7 @@ void main() {
         fold_max[j] = m;
         fold_inv[j] = 1.0 / subgroupAdd(l);
         [[unroll]] for (uint q = 0; q < KPL; q++) {
-            uint k = lane + q * WG;
+            uint k = lane + q * SGS;
             if (k < nsplit) {
                 splits[SP_FAC + (row0 + j) * MAX_SPLITS + k] = exp(km[j * KPL + q] - m) * fold_inv[j];
             }

@@ -32,6 +32,8 @@ TUNINGS = {
     "cpu": CPU,  # every length here is one split: the unsplit path
     "split": replace(CPU, split_slots=5, max_splits=4),  # capped at 4: splits of up to 16
     "gpu-shaped": replace(GPU, split_slots=3, max_splits=16),  # up to 16 splits, mass_split 4
+    # Two subgroups a run, each over parts longer than lavapipe's 8-lane subgroups, or empty.
+    "subgroups": replace(GPU, split_slots=20, max_splits=2, split_subgroups=2),
 }
 # (name, TinySpec fields): G = 2 query heads per K/V head of 16 dims, and SmolLM2's G = 3 of 64.
 SHAPES = {"hd16": {}, "hd64-g3": {"d_model": 192, "n_heads": 3, "n_kv_heads": 1}}

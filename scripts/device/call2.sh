@@ -1,6 +1,7 @@
 #!/bin/bash
 # Device call 2 of 3. carry: .model/part2
-# Sweeps the attention knobs first ($OUT/sweep-*.jsonl, $STATE/tuning.json for call 3).
+# Sweeps the decode attention knobs first ($OUT/sweep-decode.jsonl, $STATE/tuning.json for
+# call 3).
 # Joins the model (sha256 checked against model.sha256 beside this script), waits for a
 # llama-bench build still running, and runs llama-bench's two runs through the bench
 # (bench_vulkan_llama.py): the report $OUT/llama-report.json, kept in /tmp for call 3.
@@ -21,10 +22,11 @@ sweep() {
 }
 # SWEEP=0 skips it: call 3 then benches tuning.GPU's defaults as they are.
 if [ "${SWEEP:-1}" != 0 ]; then
-    sweep decode --split-slots 64 --max-splits 64 --pv-tile 1 --fold-loads 4,16 \
-        --argmax-groups 1 --mass-split 4,16 --split 16,32 --wg 64,128,256 --logits-rows 2,4
-    sweep prefill --prefill-splits 1,16 --prefill-queries 16,4 --coopmat 1,0
-    python3 scripts/device/pick_tuning.py "$OUT/sweep-decode.jsonl" "$OUT/sweep-prefill.jsonl" \
+    sweep decode --split-slots 64,256 --split-subgroups 1,4 --fold-loads 4,16 --mass-split 4,16
+    # Prefill keeps tuning.GPU's knobs: a sweep's 256-token prompts ran right after idle
+    # pauses (each combination records its passes first) and read up to half the bench's
+    # figure, so one lease's pick was slower at both lengths in the bench (2026-12-02).
+    python3 scripts/device/pick_tuning.py "$OUT/sweep-decode.jsonl" /dev/null \
         > "$STATE/tuning.json" && cp "$STATE/tuning.json" "$OUT/" && say "tuning $(cat "$OUT/tuning.json")"
 fi
 python3 scripts/bench_vulkan.py --model "$model" --cache-dir "$STATE/cache" --backends "" \

@@ -16,7 +16,7 @@ import sys
 from collections import defaultdict
 
 DECODE_KNOBS = ("split_slots", "max_splits", "pv_tile", "mass_split", "fold_loads",
-                "argmax_groups", "split", "wg", "rows", "logits_rows")
+                "argmax_groups", "split_subgroups", "split", "wg", "rows", "logits_rows")
 PREFILL_KNOBS = ("prefill_splits", "prefill_queries", "coopmat")
 
 

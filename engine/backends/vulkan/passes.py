@@ -52,7 +52,7 @@ class PassRecorder:
             "V": cfg.vocab_size, "SPLIT_SLOTS": tuning.split_slots,
             "MAX_SPLITS": tuning.max_splits, "PV_TILE": int(tuning.pv_tile),
             "PREFILL_SPLITS": tuning.prefill_splits, "PREFILL_RUN_TILES": tuning.prefill_run_tiles,
-            "FOLD_LOADS": tuning.fold_loads,
+            "FOLD_LOADS": tuning.fold_loads, "SPLIT_SUBGROUPS": tuning.split_subgroups,
             "ARGMAX_GROUPS": tuning.argmax_groups, "ARGMAX_BASE": res.argmax_base,
         }
         self.dispatches = 0
@@ -151,7 +151,8 @@ class PassRecorder:
                          layer=i)
             self._barrier()
             if shape.decode:  # split over the live slots; the shader picks the split count
-                self._dispatch("attention_split", {"WG": self.pipes.ctx.subgroup_size},
+                wg = self.pipes.ctx.subgroup_size * self.t.split_subgroups
+                self._dispatch("attention_split", {"WG": wg},
                                (self.t.max_splits, cfg.n_kv_heads),
                                in_off=a.q, out_off=a.attn, layer=i, p_row0=i * cfg.n_heads)
             elif not record_attention(self, shape, in_off=a.q, out_off=a.attn, layer=i):

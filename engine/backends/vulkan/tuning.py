@@ -29,6 +29,7 @@ class Tuning:
     split_slots: int = 256
     max_splits: int = 16
     fold_loads: int = 4  # splits' outputs a lane of the fold loads at once
+    split_subgroups: int = 1  # subgroups sharing one run (a workgroup), each over a part
     pv_tile: bool = False  # p * v with lanes across dimensions (GPU) or across slots (CPU)
     mass_split: int = 1  # invocations summing one slot's mass (SPLIT of shaders/mass.comp)
     tiled_from: int = 0  # prefill buckets this large use the tiled shaders (0: never)
@@ -45,14 +46,16 @@ class Tuning:
     def __post_init__(self) -> None:
         # attention_prefill.comp: its 128 invocations own whole columns of [queries, 32] scores.
         if self.prefill_queries <= 0 or self.prefill_queries % 4 or self.prefill_splits < 1 \
-                or min(self.prefill_run_tiles, self.fold_loads, self.argmax_groups) < 1 \
+                or min(self.prefill_run_tiles, self.fold_loads, self.argmax_groups,
+                       self.split_subgroups) < 1 \
                 or self.split & (self.split - 1):
             raise ValueError(f"split must be a power of two (matmul.comp sums a row group by "
                              f"shuffles), prefill_queries a multiple of 4, prefill_splits, "
-                             f"prefill_run_tiles, fold_loads and argmax_groups at least 1: "
-                             f"{self.split}, {self.prefill_queries}, {self.prefill_splits}, "
+                             f"prefill_run_tiles, fold_loads, argmax_groups and split_subgroups "
+                             f"at least 1: {self.split}, {self.prefill_queries}, "
+                             f"{self.prefill_splits}, "
                              f"{self.prefill_run_tiles}, {self.fold_loads}, "
-                             f"{self.argmax_groups}")
+                             f"{self.argmax_groups}, {self.split_subgroups}")
 
     @property
     def logits_r(self) -> int:
