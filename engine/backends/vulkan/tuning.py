@@ -86,7 +86,7 @@ CPU = Tuning(wg=32, rows=8, split=1, max_tokens=4, prefill_chunk=128, small_wg=3
 # lane (18 of 32 lanes), K = 1536 two. The layer products took 1.13 ms a step instead of
 # 1.27 at 16 slots (H200, profile_vulkan.py over two shader builds, twice, interleaved).
 # split_subgroups 4, fold_loads 16: four subgroups share each 64-slot run (16 slots each) and
-# the fold loads 16 runs' outputs at once; the sweep's best (scripts/device/call2.sh, fourth
+# the fold loads 16 runs' outputs at once; the sweep's best (scripts/device/call2.sh, sixth
 # lease of 2026-12-02: 1011 / 794 / 762 tok/s at 21 / 2005 / 4005 slots, against 928 / 728 /
 # 698 with one subgroup a run).
 GPU = Tuning(wg=128, rows=2, split=32, max_tokens=4, prefill_chunk=256, small_wg=128,
