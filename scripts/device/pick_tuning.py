@@ -14,9 +14,11 @@ import json
 import math
 import sys
 from collections import defaultdict
+from pathlib import Path
 
-DECODE_KNOBS = ("split_slots", "max_splits", "pv_tile", "mass_split", "fold_loads",
-                "argmax_groups", "split_subgroups", "split", "wg", "rows", "logits_rows")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from sweep_vulkan import DECODE_KNOBS  # noqa: E402  (the knobs the sweep writes per row)
+
 PREFILL_KNOBS = ("prefill_splits", "prefill_queries", "coopmat")
 
 
