@@ -34,6 +34,8 @@ TUNINGS = {
     "gpu-shaped": replace(GPU, split_slots=3, max_splits=16),  # up to 16 splits, mass_split 4
     # Two subgroups a run, each over parts longer than lavapipe's 8-lane subgroups, or empty.
     "subgroups": replace(GPU, split_slots=20, max_splits=2, split_subgroups=2),
+    # One-tile parts of up to 2 slots a lane group: several lanes share each slot's score.
+    "lanes-per-slot": replace(GPU, split_slots=3, max_splits=8, value_loads=2),
 }
 # (name, TinySpec fields): G = 2 query heads per K/V head of 16 dims, and SmolLM2's G = 3 of 64.
 SHAPES = {"hd16": {}, "hd64-g3": {"d_model": 192, "n_heads": 3, "n_kv_heads": 1}}
@@ -77,11 +79,13 @@ def test_decode_matches_numpy_at_every_live_length(tmp_path_factory, backend_wit
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_split_outputs_and_probabilities_are_exact(tmp_path_factory, backend_with, shape) -> None:
+@pytest.mark.parametrize("tuning", ["split", "gpu-shaped", "lanes-per-slot"])
+def test_split_outputs_and_probabilities_are_exact(tmp_path_factory, backend_with, tuning,
+                                                   shape) -> None:
     """The folded attention output of the last layer is softmax(q K / sqrt(d)) V of the
     arena's own keys and values, and every layer's rebuilt probabilities are a softmax."""
     model = tiny(tmp_path_factory, QT.F32, seed=4, **SHAPES[shape])
-    cfg, t = model.config, TUNINGS["split"]
+    cfg, t = model.config, TUNINGS[tuning]
     conv = Conversation(model, POLICY, backend=backend_with(t))
     conv.ingest(TOKENS[:16])
     conv.forward.decode_one_token(TOKENS[16])

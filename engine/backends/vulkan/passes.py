@@ -53,6 +53,7 @@ class PassRecorder:
             "MAX_SPLITS": tuning.max_splits, "PV_TILE": int(tuning.pv_tile),
             "PREFILL_SPLITS": tuning.prefill_splits, "PREFILL_RUN_TILES": tuning.prefill_run_tiles,
             "FOLD_LOADS": tuning.fold_loads, "SPLIT_SUBGROUPS": tuning.split_subgroups,
+            "VALUE_LOADS": tuning.value_loads,
             "ARGMAX_GROUPS": tuning.argmax_groups, "ARGMAX_BASE": res.argmax_base,
         }
         self.dispatches = 0

@@ -24,7 +24,7 @@ SPEC_IDS = {
     "SPLIT_SLOTS": 21, "MAX_SPLITS": 22, "PV_TILE": 23, "PREFILL_SPLITS": 24,  # split.glsl
     "SCORE_MODE": 25, "SCORE_SCALE": 27,  # mass.comp's score update (26: retired)
     "PREFILL_RUN_TILES": 28,  # split.glsl
-    "FOLD_LOADS": 29, "SPLIT_SUBGROUPS": 32,  # attention_split.comp
+    "FOLD_LOADS": 29, "SPLIT_SUBGROUPS": 32, "VALUE_LOADS": 33,  # attention_split.comp
     "ARGMAX_GROUPS": 30, "ARGMAX_BASE": 31,  # argmax.glsl
 }
 FLOAT_SPECS = frozenset({"EPS", "SCORE_SCALE"})

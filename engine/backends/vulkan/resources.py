@@ -71,10 +71,10 @@ class ConversationResources:
         split_floats = max(tuning.max_splits * nh * (cfg.n_layers + 2 + cfg.head_dim),
                            prows * runs * (3 + cfg.head_dim) if runs > 1 else 0)
         self.splits = device_buffer(ctx, 4 * split_floats, "splits")
-        # uint32 runs done, [n_kv_heads] for decode, [n_heads, query tiles] for prefill; the
+        # uint32 runs done, [n_heads] for decode, [n_heads, query tiles] for prefill; the
         # last run to finish resets its count to 0. Then the argmax's: its count and each
         # workgroup's best (bits, index), [1 + 2 * argmax_groups] from argmax_base.
-        self.argmax_base = max(cfg.n_kv_heads, nh * attention_tiles(tuning, cmax))
+        self.argmax_base = nh * attention_tiles(tuning, cmax)
         counters = self.argmax_base + 1 + 2 * tuning.argmax_groups
         self.counters = device_buffer(ctx, 4 * counters, "counters")
         fill_zero(ctx, self.counters)

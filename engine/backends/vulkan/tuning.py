@@ -30,6 +30,9 @@ class Tuning:
     max_splits: int = 16
     fold_loads: int = 4  # splits' outputs a lane of the fold loads at once
     split_subgroups: int = 1  # subgroups sharing one run (a workgroup), each over a part
+    # pv_tile: a subgroup's part of up to value_loads slots per lane group is one tile, its
+    # values loaded before the scores and its scores kept in registers.
+    value_loads: int = 8
     pv_tile: bool = False  # p * v with lanes across dimensions (GPU) or across slots (CPU)
     mass_split: int = 1  # invocations summing one slot's mass (SPLIT of shaders/mass.comp)
     tiled_from: int = 0  # prefill buckets this large use the tiled shaders (0: never)
@@ -47,15 +50,17 @@ class Tuning:
         # attention_prefill.comp: its 128 invocations own whole columns of [queries, 32] scores.
         if self.prefill_queries <= 0 or self.prefill_queries % 4 or self.prefill_splits < 1 \
                 or min(self.prefill_run_tiles, self.fold_loads, self.argmax_groups,
-                       self.split_subgroups) < 1 \
+                       self.split_subgroups, self.value_loads) < 1 \
                 or self.split & (self.split - 1):
             raise ValueError(f"split must be a power of two (matmul.comp sums a row group by "
                              f"shuffles), prefill_queries a multiple of 4, prefill_splits, "
-                             f"prefill_run_tiles, fold_loads, argmax_groups and split_subgroups "
+                             f"prefill_run_tiles, fold_loads, argmax_groups, split_subgroups "
+                             f"and value_loads "
                              f"at least 1: {self.split}, {self.prefill_queries}, "
                              f"{self.prefill_splits}, "
                              f"{self.prefill_run_tiles}, {self.fold_loads}, "
-                             f"{self.argmax_groups}, {self.split_subgroups}")
+                             f"{self.argmax_groups}, {self.split_subgroups}, "
+                             f"{self.value_loads}")
 
     @property
     def logits_r(self) -> int:
