@@ -22,7 +22,10 @@ sweep() {
 }
 # SWEEP=0 skips it: call 3 then benches tuning.GPU's defaults as they are.
 if [ "${SWEEP:-1}" != 0 ]; then
-    sweep decode --split-slots 64,256 --split-subgroups 1,4 --fold-loads 4,16 --mass-split 4,16
+    # 256 steps after 32 of warm-up: 64 after 4 read 456-1146 tok/s for one knob set at 21
+    # slots (2026-12-02, seventh lease), where the longer contexts held within 5%.
+    sweep decode --steps 256 --warmup 32 --split-slots 64,128 --split-subgroups 4,8 \
+        --fold-loads 8,16
     # Prefill keeps tuning.GPU's knobs: a sweep's 256-token prompts ran right after idle
     # pauses (each combination records its passes first) and read up to half the bench's
     # figure, so one lease's pick was slower at both lengths in the bench (2026-12-02).
