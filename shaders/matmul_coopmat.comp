@@ -53,34 +53,40 @@ void split8(uint at, bool is_x, vec4 lo4, vec4 hi4) {
     }
 }
 
-// The next block's W and X elements, fetched into registers while the current block's products
-// run: without it each block waited out its global loads, then its products (a 64 x 64 tile
-// and 4 subgroups leave an SM nothing else to run meanwhile). Globals, as attention_split's.
+// The next block's W and X words, fetched into registers while the current block's products
+// run, and dequantized only when staged: without it each block waited out its global loads,
+// then its products (a 64 x 64 tile and 4 subgroups leave an SM nothing else to run
+// meanwhile). Globals, as attention_split's.
 const uint IW = (4 * BM + WG - 1) / WG, IX = (4 * BT + WG - 1) / WG;  // 8-element items each
-vec4 w_lo[IW], w_hi[IW], x_lo[IX], x_hi[IX];
+RawW8 w_raw[IW];
+RawX8 x_raw[IX];
 
 void fetch(uint b, uint row0, uint tok0) {
     uint lid = gl_LocalInvocationID.x;
     [[unroll]] for (uint k = 0; k < IW; k++) {
         uint i = min(lid + k * WG, 4 * BM - 1);  // past the tile: fetched, not staged
-        load_w8(weight_row(row0, i / 4), b, i % 4, w_lo[k], w_hi[k]);
+        w_raw[k] = fetch_w8(weight_row(row0, i / 4), b, i % 4);
     }
     [[unroll]] for (uint k = 0; k < IX; k++) {
         uint i = min(lid + k * WG, 4 * BT - 1);
-        load_x8(tok0, i / 4, b, i % 4, x_lo[k], x_hi[k]);
+        x_raw[k] = fetch_x8(tok0, i / 4, b, i % 4);
     }
 }
 
-// The fetched block into the f16 tiles.
+// The fetched block, dequantized, into the f16 tiles.
 void stage() {
     uint lid = gl_LocalInvocationID.x;
     [[unroll]] for (uint k = 0; k < IW; k++) {
         uint i = lid + k * WG;
-        if (i < 4 * BM) split8((i / 4) * LD + 8 * (i % 4), false, w_lo[k], w_hi[k]);
+        vec4 lo, hi;
+        decode_w8(w_raw[k], i % 4, lo, hi);
+        if (i < 4 * BM) split8((i / 4) * LD + 8 * (i % 4), false, lo, hi);
     }
     [[unroll]] for (uint k = 0; k < IX; k++) {
         uint i = lid + k * WG;
-        if (i < 4 * BT) split8((i / 4) * LD + 8 * (i % 4), true, x_lo[k], x_hi[k]);
+        vec4 lo, hi;
+        decode_x8(x_raw[k], min(i / 4, BT - 1), lo, hi);
+        if (i < 4 * BT) split8((i / 4) * LD + 8 * (i % 4), true, lo, hi);
     }
 }
 
@@ -106,7 +112,7 @@ void main() {
     for (uint b = 0; b < NB; b++) {
         stage();
         barrier();
-        if (b + 1 < NB) fetch(b + 1, row0, tok0);
+        fetch(min(b + 1, NB - 1), row0, tok0);  // unconditional: no branch before the products
         [[unroll]] for (uint k = 0; k < 32; k += 16) {
             MAT_A ah0;
             MAT_A ah1;

@@ -26,35 +26,54 @@ uint weight_row(uint row0, uint i) {
     return min(wr, MROWS - 1);
 }
 
-// Elements [8p, 8p + 8) of block b of weight row wr, dequantized (code * d + m).
-void load_w8(uint wr, uint b, uint p, out vec4 lo, out vec4 hi) {
+// Elements [8p, 8p + 8) of block b of weight row wr, in two steps: fetch_w8 loads the words
+// (texels and the block's scale word) and decode_w8 dequantizes them (code * d + m), so that a
+// shader can keep the loads in flight while it works on the previous block.
+struct RawW8 {
+    uvec4 a, b;  // payload texels (F32: both; Q8_0, F16, Q4_x: a)
+    uint s;      // the block's scale word (half2: d, m)
+};
+
+RawW8 fetch_w8(uint wr, uint b, uint p) {
     uint first = pc.w_texel + (wr * NB + b) * TPB, blk = pc.w_block + wr * NB + b;
+    RawW8 r;
+    r.b = uvec4(0u);
+    r.s = 0u;
     if (QTYPE == QT_F32) {
-        lo = uintBitsToFloat(texelFetch(WQ, int(first + 2 * p)));
-        hi = uintBitsToFloat(texelFetch(WQ, int(first + 2 * p + 1)));
+        r.a = texelFetch(WQ, int(first + 2 * p));
+        r.b = texelFetch(WQ, int(first + 2 * p + 1));
+    } else if (QTYPE == QT_F16) {
+        r.a = texelFetch(WQ, int(first + p));
+    } else {
+        r.a = texelFetch(WQ, int(first + (QTYPE == QT_Q8_0 ? p / 2 : 0)));
+        r.s = texelFetch(WS, int(blk)).x;
+    }
+    return r;
+}
+
+void decode_w8(RawW8 r, uint p, out vec4 lo, out vec4 hi) {
+    if (QTYPE == QT_F32) {
+        lo = uintBitsToFloat(r.a);
+        hi = uintBitsToFloat(r.b);
         return;
     }
     if (QTYPE == QT_F16) {
-        uvec4 h = texelFetch(WQ, int(first + p));
-        lo = vec4(unpackHalf2x16(h.x), unpackHalf2x16(h.y));
-        hi = vec4(unpackHalf2x16(h.z), unpackHalf2x16(h.w));
+        lo = vec4(unpackHalf2x16(r.a.x), unpackHalf2x16(r.a.y));
+        hi = vec4(unpackHalf2x16(r.a.z), unpackHalf2x16(r.a.w));
         return;
     }
     float d, m;
+    uint a = (p % 2) * 2;
     if (QTYPE == QT_Q8_0) {  // texel i holds int8 elements 16i .. 16i + 15
-        uvec4 q = texelFetch(WQ, int(first + p / 2));
-        uint a = (p % 2) * 2;
-        lo = vec4(ivec4(uvec4(q[a]) << uvec4(24, 16, 8, 0)) >> 24);
-        hi = vec4(ivec4(uvec4(q[a + 1]) << uvec4(24, 16, 8, 0)) >> 24);
-        d = unpackHalf2x16(texelFetch(WS, int(blk)).x).x;
+        lo = vec4(ivec4(uvec4(r.a[a]) << uvec4(24, 16, 8, 0)) >> 24);
+        hi = vec4(ivec4(uvec4(r.a[a + 1]) << uvec4(24, 16, 8, 0)) >> 24);
+        d = unpackHalf2x16(r.s).x;
         m = 0.0;
     } else {  // Q4_0, Q4_1: byte j holds element j (low nibble) and element j + 16 (high)
-        uvec4 q = texelFetch(WQ, int(first));
-        uint a = (p % 2) * 2;
         uvec4 shift = uvec4(0, 8, 16, 24) + (p / 2) * 4;
-        lo = vec4((uvec4(q[a]) >> shift) & 15u);
-        hi = vec4((uvec4(q[a + 1]) >> shift) & 15u);
-        vec2 dm = unpackHalf2x16(texelFetch(WS, int(blk)).x);
+        lo = vec4((uvec4(r.a[a]) >> shift) & 15u);
+        hi = vec4((uvec4(r.a[a + 1]) >> shift) & 15u);
+        vec2 dm = unpackHalf2x16(r.s);
         d = dm.x;
         m = QTYPE == QT_Q4_1 ? dm.y : -8.0 * dm.x;
     }
@@ -62,18 +81,44 @@ void load_w8(uint wr, uint b, uint p, out vec4 lo, out vec4 hi) {
     hi = hi * d + m;
 }
 
-// Elements [8p, 8p + 8) of block b of the input row of tile token t, RMSNormed under NORM.
-// Tokens past the chunk re-read its last row (never stored).
-void load_x8(uint tok0, uint t, uint b, uint p, out vec4 lo, out vec4 hi) {
+void load_w8(uint wr, uint b, uint p, out vec4 lo, out vec4 hi) {
+    decode_w8(fetch_w8(wr, b, p), p, lo, hi);
+}
+
+// Elements [8p, 8p + 8) of block b of the input row of tile token t, RMSNormed under NORM,
+// in the same two steps. Tokens past the chunk re-read its last row (never stored).
+struct RawX8 {
+    vec4 lo, hi;    // the input
+    vec4 nlo, nhi;  // the RMSNorm weights (NORM)
+};
+
+RawX8 fetch_x8(uint tok0, uint t, uint b, uint p) {
     uint tok = min(tok0 + t, prm.C - 1);
     int base = int((pc.in_off + tok * K) / 4 + b * 8 + 2 * p);
-    lo = texelFetch(ACTT, base);
-    hi = texelFetch(ACTT, base + 1);
+    RawX8 r;
+    r.lo = texelFetch(ACTT, base);
+    r.hi = texelFetch(ACTT, base + 1);
+    r.nlo = vec4(1.0);
+    r.nhi = vec4(1.0);
     if (NORM != 0) {
         int nw = int(pc.norm_off / 4 + b * 8 + 2 * p);
-        lo *= norm_inv[t] * texelFetch(VECT, nw);
-        hi *= norm_inv[t] * texelFetch(VECT, nw + 1);
+        r.nlo = texelFetch(VECT, nw);
+        r.nhi = texelFetch(VECT, nw + 1);
     }
+    return r;
+}
+
+void decode_x8(RawX8 r, uint t, out vec4 lo, out vec4 hi) {
+    lo = r.lo;
+    hi = r.hi;
+    if (NORM != 0) {
+        lo *= norm_inv[t] * r.nlo;
+        hi *= norm_inv[t] * r.nhi;
+    }
+}
+
+void load_x8(uint tok0, uint t, uint b, uint p, out vec4 lo, out vec4 hi) {
+    decode_x8(fetch_x8(tok0, t, b, p), t, lo, hi);
 }
 
 // RMSNorm prologue: norm_inv[t] for the tile's tokens, four invocations per row.

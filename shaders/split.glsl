@@ -19,7 +19,7 @@ layout(std430, binding = 18) readonly buffer Split { float splits[]; };         
 layout(std430, binding = 18) coherent buffer Split { float splits[]; };         // SP_FLOATS
 #endif
 layout(std430, binding = 19) coherent buffer Counters { uint counters[]; };  // runs done, zeroed
-// by the last: [NKV] for decode, [NH, query tiles] for prefill (resources.py sizes it)
+// by the last: [NH] for decode, [NH, query tiles] for prefill (resources.py sizes it)
 
 // Regions of `splits` (float offsets). Only the mass factors outlive a layer: mass.comp reads
 // every layer's after the last one; the rest is reused by the next layer's attention.
