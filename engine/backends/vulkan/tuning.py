@@ -90,14 +90,16 @@ CPU = Tuning(wg=32, rows=8, split=1, max_tokens=4, prefill_chunk=128, small_wg=3
 # split 32: a row group is one whole subgroup, summed by shuffles; K = 576 is then one block a
 # lane (18 of 32 lanes), K = 1536 two. The layer products took 1.13 ms a step instead of
 # 1.27 at 16 slots (H200, profile_vulkan.py over two shader builds, twice, interleaved).
-# split_subgroups 4, fold_loads 16: four subgroups share each 64-slot run (16 slots each) and
-# the fold loads 16 runs' outputs at once; the sweep's best (scripts/device/call2.sh, sixth
-# lease of 2026-12-02: 1011 / 794 / 762 tok/s at 21 / 2005 / 4005 slots, against 928 / 728 /
-# 698 with one subgroup a run).
+# split_subgroups 4: four subgroups share each 64-slot run (16 slots each; the sixth lease of
+# 2026-12-02 measured 1011 / 794 / 762 tok/s at 21 / 2005 / 4005 slots against 928 / 728 /
+# 698 with one subgroup a run). value_loads 8: a subgroup's 16 slots are one tile, two lanes
+# to each slot's score (16: one lane, all 32 holding whole heads, was slower at every
+# context); fold_loads 8: the sweep's pick in the ninth lease (scripts/device/call2.sh; 1050 /
+# 954 / 846 tok/s at 49 / 2033 / 4033 slots), as its 2033-slot best in the eighth.
 GPU = Tuning(wg=128, rows=2, split=32, max_tokens=4, prefill_chunk=256, small_wg=128,
-             split_slots=64, max_splits=64, fold_loads=16, split_subgroups=4, pv_tile=True,
-             mass_split=16, tiled_from=16, coopmat=True, prefill_splits=16, prefill_run_tiles=8,
-             logits_rows=4)
+             split_slots=64, max_splits=64, fold_loads=8, split_subgroups=4, value_loads=8,
+             pv_tile=True, mass_split=16, tiled_from=16, coopmat=True, prefill_splits=16,
+             prefill_run_tiles=8, logits_rows=4)
 
 
 def tuning_for(ctx: Context) -> Tuning:
