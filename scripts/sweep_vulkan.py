@@ -3,8 +3,7 @@
     python scripts/sweep_vulkan.py decode [--contexts 16,2000,4000] [--steps 64] [--model GGUF]
         [--split-slots 16,32,64] [--max-splits 32,64,128] [--pv-tile 1,0] [--mass-split 4]
         [--fold-loads 4,16] [--argmax-groups 1,16] [--split-subgroups 1,4] [--value-loads 8,16]
-        [--split 16,32]
-        [--wg 64,128] [--rows 2,4] [--logits-rows 2,4]
+        [--split 16,32] [--wg 64,128] [--rows 2,4] [--logits-rows 2,4]
     python scripts/sweep_vulkan.py prefill [--prompts 256,2048] [--repeat 3] [--model GGUF]
         [--prefill-splits 1,4,16] [--prefill-queries 16,8,4] [--coopmat 1,0]
 
