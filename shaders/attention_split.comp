@@ -179,8 +179,8 @@ void pv_one_tile(uint lane, uint dl, uint grp, uint s0, uint s1, uint row0) {
 // GPU form over several tiles of SGS slots: each lane exponentiates the scores it wrote
 // itself (no memory barrier), shares them through `tile`, then lanes across the output
 // dimensions sum p * v over the tile.
-void pv_tiled(uint lane, uint s0, uint s1, uint row0, uint kbase) {
-    uint dl = lane % DL, grp = lane / DL, t0 = sub * G * SGS;
+void pv_tiled(uint lane, uint dl, uint grp, uint s0, uint s1, uint row0, uint kbase) {
+    uint t0 = sub * G * SGS;
     for (uint base = s0; base < s1; base += SGS) {
         uint s = base + lane;
         [[unroll]] for (uint j = 0; j < G; j++) {
@@ -217,7 +217,7 @@ void pv_tiled(uint lane, uint s0, uint s1, uint row0, uint kbase) {
 
 // CPU form: each lane sums p * v over its own slots for whole heads and the subgroup adds
 // them up once. No barrier: on lavapipe each costs a coroutine switch.
-void pv_by_slot(uint lane, uint s0, uint s1, uint row0, uint kbase) {
+void pv_by_slot(uint lane, uint dl, uint grp, uint s0, uint s1, uint row0, uint kbase) {
     vec4 acc[G * H4];
     [[unroll]] for (uint i = 0; i < G * H4; i++) acc[i] = vec4(0.0);
     for (uint s = s0 + lane; s < s1; s += SGS) {
@@ -233,7 +233,6 @@ void pv_by_slot(uint lane, uint s0, uint s1, uint row0, uint kbase) {
         }
     }
     // Group 0's lanes keep their vec4s of the sums, as the GPU forms leave them.
-    uint dl = lane % DL, grp = lane / DL;
     [[unroll]] for (uint i = 0; i < G * H4; i++) {
         vec4 total = subgroupAdd(acc[i]);
         uint j = i / H4, d = i % H4;
@@ -281,9 +280,9 @@ void main() {
     if (one_tile) {
         pv_one_tile(lane, dl, grp, s0, s1, row0);
     } else if (PV_TILE != 0) {
-        pv_tiled(lane, s0, s1, row0, kbase);
+        pv_tiled(lane, dl, grp, s0, s1, row0, kbase);
     } else {
-        pv_by_slot(lane, s0, s1, row0, kbase);
+        pv_by_slot(lane, dl, grp, s0, s1, row0, kbase);
     }
     if (PV_TILE != 0) sum_groups(dl, grp, G * DPL);
     [[unroll]] for (uint j = 0; j < G; j++) sum[j] = subgroupAdd(sum[j]);

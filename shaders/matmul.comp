@@ -106,12 +106,16 @@ void main() {
         if (lane != 0) return;
     } else if (SPLIT > 1) {
         [[unroll]] for (uint i = 0; i < NR * T; i++) red[lid * RED + i] = acc[i];
-        [[unroll]] for (uint t = 0; t < T; t++) red[lid * RED + NR * T + t] = ss[t];
+        if (NORM != 0) {
+            [[unroll]] for (uint t = 0; t < T; t++) red[lid * RED + NR * T + t] = ss[t];
+        }
         barrier();
         if (lane != 0) return;
         for (uint l = 1; l < SPLIT; l++) {
             [[unroll]] for (uint i = 0; i < NR * T; i++) acc[i] += red[(lid + l) * RED + i];
-            [[unroll]] for (uint t = 0; t < T; t++) ss[t] += red[(lid + l) * RED + NR * T + t];
+            if (NORM != 0) {
+                [[unroll]] for (uint t = 0; t < T; t++) ss[t] += red[(lid + l) * RED + NR * T + t];
+            }
         }
     }
     // RMSNorm folded into the product: y = inv * W (nw * x) with inv = 1 / rms(x), and the SPLIT
