@@ -11,8 +11,8 @@ decode tok/s over the matrix-vector workgroup shapes. One JSON line per measurem
   mass, ...) summed over the step's layers, medians over --steps steps.
 - `prefill`: per prompt length, the ingest's wall time after its passes were recorded (the
   first ingest, recording included, apart) and each chunk's device time per label.
-- each `--variant` (tuning.py's knobs, e.g. `max_splits=1,pv_tile=0`): the decode profile again
-  with those knobs, at every context.
+- each `--variant` (tuning.py's knobs, e.g. `max_splits=1,pv_tile=0`): the decode and prefill
+  profiles again with those knobs, at every context and prompt length.
 
 The model defaults to the shipped GGUF; a random one of its shape (scripts/make_synthetic_gguf.py)
 times the same.
@@ -103,6 +103,12 @@ def profile_decode(conv, forward, steps: int, timer) -> dict:
             "host_rest_ms": round(host_ms - run_ms, 3), "gpu": summarize(samples)}
 
 
+def variant_knobs(base, variant: str) -> dict:
+    """{"knob": value} from "knob=value,knob=value" (engine/backends/vulkan/tuning.py's fields)."""
+    return {k: type(getattr(base, k))(int(v)) for k, v in
+            (kv.split("=") for kv in variant.split(",") if kv)}
+
+
 def decode_contexts(model, backend, policy, contexts: list[int], steps: int, timer,
                     variants: list[str]) -> None:
     """profile_decode at each context, for the device's tuning and each variant of it
@@ -116,8 +122,7 @@ def decode_contexts(model, backend, policy, contexts: list[int], steps: int, tim
         conv = Conversation(model, policy, backend=backend)
         conv.ingest(synthetic_tokens(model.config.vocab_size, context, 0))
         for variant in ["", *variants]:
-            knobs = {k: type(getattr(base, k))(int(v)) for k, v in
-                     (kv.split("=") for kv in variant.split(",") if kv)}
+            knobs = variant_knobs(base, variant)
             backend.tuning = replace(base, **knobs)
             forward = conv.forward if not variant else backend.make_forward(model, conv.ring)
             emit({**profile_decode(conv, forward, steps, timer), "variant": knobs})
@@ -180,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prefill", type=ints, default=[256, 2048])
     p.add_argument("--steps", type=int, default=32)
     p.add_argument("--variant", action="append", default=[],
-                   help="knob=value,... a tuning to profile decode with beside the device's")
+                   help="knob=value,... a tuning to profile beside the device's")
     p.add_argument("--tuning", choices=["gpu", "cpu"], help="force these shapes")
     p.add_argument("--shader-dir", type=Path,
                    help="read the SPIR-V from here (another build of shaders/, for an A/B)")
@@ -199,8 +204,13 @@ def main(argv: list[str] | None = None) -> int:
     emit({"what": "round_trip", **round_trip(backend.ctx, 200)})
     timer = DispatchTimer(backend.ctx)
     decode_contexts(model, backend, policy, args.contexts, args.steps, timer, args.variant)
+    base = backend.tuning
     for n in args.prefill:
-        emit(profile_prefill(model, backend, policy, n, timer))
+        for variant in ["", *args.variant]:  # interleaved, so that clock drift hits each alike
+            knobs = variant_knobs(base, variant)
+            backend.tuning = replace(base, **knobs)
+            emit({**profile_prefill(model, backend, policy, n, timer), "variant": knobs})
+    backend.tuning = base
     return 0
 
 

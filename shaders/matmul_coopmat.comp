@@ -2,8 +2,11 @@
 // Prefill matrix-matrix product on cooperative matrices (VK_KHR_cooperative_matrix: tensor
 // cores on NVIDIA), 16x16x16 f16 x f16 -> f32, for devices that offer that shape (context.py
 // checks). matmul_tiled.glsl has the tiling, the prologue and the epilogues; this file only
-// replaces the inner product. BM = BT = 64, WG = 4 subgroups, each a 32 x 32 quarter of the
-// output tile as 2 x 2 accumulators.
+// replaces the inner product. BM = 64 rows, BT = 64, 32 or 16 tokens (Tuning.coopmat_tokens),
+// WG = 4 subgroups, each a part of the output tile of 1-2 x 1-2 accumulators: 32 x 32 (BT 64,
+// a 2 x 2 grid of subgroups), 16 x 32 (BT 32, 2 x 2) or 16 x 16 (BT 16, 1 x 4). Smaller tiles
+// multiply a chunk's workgroups: with 64 x 64 its 576-row products launch only 36-60 of them
+// on a GPU of 132 SMs, each walking K alone.
 //
 // Precision: one f16 operand keeps 11 bits, far from the f32 the parity tests hold every
 // backend to (plain f16 inputs measured ~5e-4 off numpy's logits on the H200). Each operand is
@@ -97,7 +100,10 @@ void main() {
     norm_scales(tok0);
 
     uint sg = gl_SubgroupID;
-    uint tq = (sg / 2) * 32, rq = (sg % 2) * 32;  // this subgroup's quarter: tokens, rows
+    const uint ACROSS = BT == 16 ? 4 : 2;  // subgroups side by side along the rows
+    const uint PART_T = BT / (4 / ACROSS), PART_R = BM / ACROSS;  // a subgroup's part
+    const bool TWO_I = PART_T == 32, TWO_J = PART_R == 32;  // accumulators i = 1 and j = 1
+    uint tq = (sg / ACROSS) * PART_T, rq = (sg % ACROSS) * PART_R;  // the part's tokens, rows
     // Accumulators per (token block i, row block j): hi*hi, and hi*lo + lo*hi. One
     // declarator per declaration: glslang 13.1 drops the matrix use from later ones.
     ACC hh00 = ACC(0.0);
@@ -124,19 +130,32 @@ void main() {
             MAT_B bl1;
             uint xa = tq * LD + k, wa = rq * LD + k;
             coopMatLoad(ah0, xh, xa, LD, gl_CooperativeMatrixLayoutRowMajor);
-            coopMatLoad(ah1, xh, xa + 16 * LD, LD, gl_CooperativeMatrixLayoutRowMajor);
             coopMatLoad(al0, xl, xa, LD, gl_CooperativeMatrixLayoutRowMajor);
-            coopMatLoad(al1, xl, xa + 16 * LD, LD, gl_CooperativeMatrixLayoutRowMajor);
+            if (TWO_I) {
+                coopMatLoad(ah1, xh, xa + 16 * LD, LD, gl_CooperativeMatrixLayoutRowMajor);
+                coopMatLoad(al1, xl, xa + 16 * LD, LD, gl_CooperativeMatrixLayoutRowMajor);
+            }
             // B[k][row] = W[row][k]: the row-major W tile read column-major
             coopMatLoad(bh0, wh, wa, LD, gl_CooperativeMatrixLayoutColumnMajor);
-            coopMatLoad(bh1, wh, wa + 16 * LD, LD, gl_CooperativeMatrixLayoutColumnMajor);
             coopMatLoad(bl0, wl, wa, LD, gl_CooperativeMatrixLayoutColumnMajor);
-            coopMatLoad(bl1, wl, wa + 16 * LD, LD, gl_CooperativeMatrixLayoutColumnMajor);
+            if (TWO_J) {
+                coopMatLoad(bh1, wh, wa + 16 * LD, LD, gl_CooperativeMatrixLayoutColumnMajor);
+                coopMatLoad(bl1, wl, wa + 16 * LD, LD, gl_CooperativeMatrixLayoutColumnMajor);
+            }
 #define MMA3(i, j) \
             hh##i##j = coopMatMulAdd(ah##i, bh##j, hh##i##j); \
             mx##i##j = coopMatMulAdd(ah##i, bl##j, mx##i##j); \
             mx##i##j = coopMatMulAdd(al##i, bh##j, mx##i##j);
-            MMA3(0, 0) MMA3(0, 1) MMA3(1, 0) MMA3(1, 1)
+            MMA3(0, 0)
+            if (TWO_J) {
+                MMA3(0, 1)
+            }
+            if (TWO_I) {
+                MMA3(1, 0)
+            }
+            if (TWO_I && TWO_J) {
+                MMA3(1, 1)
+            }
         }
         barrier();
     }
@@ -147,11 +166,15 @@ void main() {
     float part[PER];
 #define STORE(acc, i, j) coopMatStore(acc##i##j, out_tile, (tq + 16 * i) * BM + rq + 16 * j, BM, \
         gl_CooperativeMatrixLayoutRowMajor);
-    STORE(mx, 0, 0) STORE(mx, 0, 1) STORE(mx, 1, 0) STORE(mx, 1, 1)
+#define STORE_PART(acc) STORE(acc, 0, 0) \
+    if (TWO_J) { STORE(acc, 0, 1) } \
+    if (TWO_I) { STORE(acc, 1, 0) } \
+    if (TWO_I && TWO_J) { STORE(acc, 1, 1) }
+    STORE_PART(mx)
     barrier();
     [[unroll]] for (uint k = 0; k < PER; k++) part[k] = out_tile[lid + k * WG] * (1.0 / LO_SCALE);
     barrier();
-    STORE(hh, 0, 0) STORE(hh, 0, 1) STORE(hh, 1, 0) STORE(hh, 1, 1)
+    STORE_PART(hh)
     barrier();
     [[unroll]] for (uint k = 0; k < PER; k++) out_tile[lid + k * WG] += part[k];
     barrier();

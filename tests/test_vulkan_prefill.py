@@ -143,14 +143,18 @@ def test_greedy_reply_after_tiled_prefill_is_numpys(tmp_path_factory, vk_gpu) ->
     assert out[0] == out[1]
 
 
-@pytest.mark.parametrize("coopmat", [True, False], ids=["coopmat", "shared-tiles"])
-def test_gpu_products_both_kinds(tmp_path_factory, vk_gpu, backend_with, coopmat) -> None:
-    """On a device with cooperative matrices: both product shaders against numpy."""
+@pytest.mark.parametrize("coopmat,tokens", [(True, 64), (True, 32), (True, 16), (False, 64)],
+                         ids=["coopmat-64", "coopmat-32", "coopmat-16", "shared-tiles"])
+def test_gpu_products_both_kinds(tmp_path_factory, vk_gpu, backend_with, coopmat,
+                                 tokens) -> None:
+    """On a device with cooperative matrices: both product shaders against numpy, the
+    cooperative one in tiles of 64, 32 and 16 tokens (200 tokens: the last tile part-filled)."""
     if coopmat and not vk_gpu.ctx.coopmat:
         pytest.skip("this Vulkan device has no 16x16x16 f16 cooperative matrices")
     model = tiny(tmp_path_factory, QT.Q4_1, tied=False, seed=13)
     ids = prompt(200, 8, model.config.vocab_size)
-    vk, ref, seen = run_pair(model, backend_with(replace(GPU, coopmat=coopmat)), [ids])
+    tuning = replace(GPU, coopmat=coopmat, coopmat_tokens=tokens)
+    vk, ref, seen = run_pair(model, backend_with(tuning), [ids])
     assert ("matmul_coopmat" in seen) == coopmat and ("matmul_tiled" in seen) != coopmat
     assert_same_state(vk, ref, len(ids))
 
@@ -187,10 +191,13 @@ def test_routing() -> None:
     decode = PassShape(1, True, True, False)
     assert tiled(GPU, chunk) and not tiled(GPU, small) and not tiled(GPU, decode)
     assert not tiled(CPU, chunk)  # lavapipe's own shapes keep matmul.comp
-    assert product_tile(GPU, 64, True, 32) == ("matmul_coopmat", 64, 128)
+    assert product_tile(GPU, 64, True, 32) == ("matmul_coopmat", GPU.coopmat_tokens, 128)
+    assert product_tile(replace(GPU, coopmat_tokens=32), 256, True, 32)[1] == 32
     assert product_tile(GPU, 64, False, 32) == ("matmul_tiled", 64, 256)
     assert product_tile(GPU, 40, False, 32) == ("matmul_tiled", 32, 128)
     assert product_tile(GPU, 16, False, 32) == ("matmul_tiled", 16, 64)
     assert product_tile(replace(GPU, coopmat=False), 64, True, 32)[0] == "matmul_tiled"
     with pytest.raises(ValueError):  # attention_prefill's invocations own whole score columns
         replace(GPU, prefill_queries=6)
+    with pytest.raises(ValueError, match="coopmat_tokens 16, 32 or 64"):  # the shader's layouts
+        replace(GPU, coopmat_tokens=8)

@@ -19,8 +19,7 @@ if TYPE_CHECKING:
     from .weights import Matrix
 
 TILE_ROWS = 64  # weight rows per product tile (gate|up: 32 gate rows and their 32 up rows)
-COOPMAT_TOKENS = 64  # tokens per cooperative-matrix tile (the shader's 2 x 2 subgroup layout)
-COOPMAT_SUBGROUPS = 4
+COOPMAT_SUBGROUPS = 4  # the shader's 2 x 2 grid of subgroups over a tile
 ATTN_WG = 128  # a multiple of its 32-slot tiles; Tuning.prefill_queries x 32 scores: 1-4 each
 MASS_SLOTS, MASS_WG = 8, 256  # tiled chunks' mass.comp: 8 slots a workgroup, 32 rows at once
 MASS_RUNS = 8  # mass.comp flag: rows' factors are per run of slots (attention_prefill's runs)
@@ -33,7 +32,7 @@ def tiled(t: Tuning, shape: PassShape) -> bool:
 def product_tile(t: Tuning, bucket: int, coopmat: bool, subgroup: int) -> tuple[str, int, int]:
     """(shader, tokens per tile, workgroup size) of a tiled product over `bucket` tokens."""
     if coopmat and t.coopmat:
-        return "matmul_coopmat", COOPMAT_TOKENS, COOPMAT_SUBGROUPS * subgroup
+        return "matmul_coopmat", t.coopmat_tokens, COOPMAT_SUBGROUPS * subgroup
     tokens = 64 if bucket >= 64 else 32 if bucket >= 32 else 16
     return "matmul_tiled", tokens, (TILE_ROWS // 4) * (tokens // 4)  # 4 x 4 outputs each
 

@@ -37,6 +37,7 @@ class Tuning:
     mass_split: int = 1  # invocations summing one slot's mass (SPLIT of shaders/mass.comp)
     tiled_from: int = 0  # prefill buckets this large use the tiled shaders (0: never)
     coopmat: bool = False  # tiled products on cooperative matrices where the device has them
+    coopmat_tokens: int = 64  # tokens per cooperative-matrix tile: 64, 32 or 16
     # Tiled prefill attention (shaders/attention_prefill.comp): queries per workgroup (4, 8 or
     # 16), and at most how many workgroups share one query tile's slots (1: a workgroup walks
     # them all; more: runs of slots, folded by the last run to finish, see split.glsl).
@@ -51,16 +52,16 @@ class Tuning:
         if self.prefill_queries <= 0 or self.prefill_queries % 4 or self.prefill_splits < 1 \
                 or min(self.prefill_run_tiles, self.fold_loads, self.argmax_groups,
                        self.split_subgroups, self.value_loads) < 1 \
-                or self.split & (self.split - 1):
+                or self.split & (self.split - 1) or self.coopmat_tokens not in (16, 32, 64):
             raise ValueError(f"split must be a power of two (matmul.comp sums a row group by "
                              f"shuffles), prefill_queries a multiple of 4, prefill_splits, "
                              f"prefill_run_tiles, fold_loads, argmax_groups, split_subgroups "
-                             f"and value_loads "
-                             f"at least 1: {self.split}, {self.prefill_queries}, "
+                             f"and value_loads at least 1, coopmat_tokens 16, 32 or 64: "
+                             f"{self.split}, {self.prefill_queries}, "
                              f"{self.prefill_splits}, "
                              f"{self.prefill_run_tiles}, {self.fold_loads}, "
                              f"{self.argmax_groups}, {self.split_subgroups}, "
-                             f"{self.value_loads}")
+                             f"{self.value_loads}, {self.coopmat_tokens}")
 
     @property
     def logits_r(self) -> int:
