@@ -2,11 +2,11 @@
 // Prefill matrix-matrix product on cooperative matrices (VK_KHR_cooperative_matrix: tensor
 // cores on NVIDIA), 16x16x16 f16 x f16 -> f32, for devices that offer that shape (context.py
 // checks). matmul_tiled.glsl has the tiling, the prologue and the epilogues; this file only
-// replaces the inner product. BM = 64 rows, BT = 64, 32 or 16 tokens (Tuning.coopmat_tokens),
-// WG = 4 subgroups, each a part of the output tile of 1-2 x 1-2 accumulators: 32 x 32 (BT 64,
-// a 2 x 2 grid of subgroups), 16 x 32 (BT 32, 2 x 2) or 16 x 16 (BT 16, 1 x 4). Smaller tiles
-// multiply a chunk's workgroups: with 64 x 64 its 576-row products launch only 36-60 of them
-// on a GPU of 132 SMs, each walking K alone.
+// replaces the inner product. BM = 64 rows, BT = 64 or 32 tokens (Tuning.coopmat_tokens),
+// WG = 4 subgroups in a 2 x 2 grid, each a (BT / 2) x 32 part of the output tile as
+// (BT / 32) x 2 accumulators. 32-token tiles double a chunk's workgroups: in 64 x 64 tiles its
+// 576-row products launch only 36-60, on a GPU of 132 SMs (16-token tiles, 16 x 16 parts,
+// were slower again on the H200: each block's staging then feeds too few products).
 //
 // Precision: one f16 operand keeps 11 bits, far from the f32 the parity tests hold every
 // backend to (plain f16 inputs measured ~5e-4 off numpy's logits on the H200). Each operand is
@@ -28,31 +28,43 @@ shared float out_tile[64 * 64];  // [BT, BM] f32 results for the epilogue
 #define OUT_TILE out_tile
 #include "matmul_tiled.glsl"
 
+// The f16 tiles hold f16vec4s, so that staging a block takes 4 stores of 8 bytes per 8 values
+// rather than 16 of 2; coopMatLoad counts their offsets and strides in f16vec4s.
 const uint LD = 40;  // row stride of the f16 tiles: 32 + 8 halves, 80 bytes, off the banks' period
-shared float16_t xh[64 * LD], xl[64 * LD];  // [BT, 32] X tile, hi and scaled lo, token-major
-shared float16_t wh[64 * LD], wl[64 * LD];  // [BM, 32] W tile, hi and scaled lo, row-major
+const uint LD4 = LD / 4;  // the same in f16vec4s
+shared f16vec4 xh[64 * LD4], xl[64 * LD4];  // [BT, 32] X tile, hi and scaled lo, token-major
+shared f16vec4 wh[64 * LD4], wl[64 * LD4];  // [BM, 32] W tile, hi and scaled lo, row-major
 const float LO_SCALE = 2048.0;
 
 #define ACC coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
 #define MAT_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
 #define MAT_B coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
 
-// Store 8 values at [at ..] of the X (is_x) or W tiles as hi and scaled lo halves. hi keeps
-// v's top 11 significant bits by masking, so it converts to f16 exactly and v - hi is an
-// honest f32 subtraction (a compiler may treat float(float16_t(v)) as v and fold lo to 0).
+// v as hi and scaled lo halves. hi keeps v's top 11 significant bits by masking, so it converts
+// to f16 exactly and v - hi is an honest f32 subtraction (a compiler may treat
+// float(float16_t(v)) as v and fold lo to 0).
+void split4(vec4 v, out f16vec4 hi, out f16vec4 lo) {
+    vec4 top = uintBitsToFloat(floatBitsToUint(v) & 0xFFFFE000u);
+    hi = f16vec4(top);
+    lo = f16vec4((v - top) * LO_SCALE);
+}
+
+// Store 8 values at halves [at ..] (a multiple of 8) of the X (is_x) or W tiles.
 void split8(uint at, bool is_x, vec4 lo4, vec4 hi4) {
-    [[unroll]] for (uint e = 0; e < 8; e++) {
-        float v = e < 4 ? lo4[e] : hi4[e - 4];
-        float top = uintBitsToFloat(floatBitsToUint(v) & 0xFFFFE000u);
-        float16_t h = float16_t(top);
-        float16_t l = float16_t((v - top) * LO_SCALE);
-        if (is_x) {
-            xh[at + e] = h;
-            xl[at + e] = l;
-        } else {
-            wh[at + e] = h;
-            wl[at + e] = l;
-        }
+    uint i = at / 4;
+    f16vec4 h0, l0, h1, l1;
+    split4(lo4, h0, l0);
+    split4(hi4, h1, l1);
+    if (is_x) {
+        xh[i] = h0;
+        xh[i + 1] = h1;
+        xl[i] = l0;
+        xl[i + 1] = l1;
+    } else {
+        wh[i] = h0;
+        wh[i + 1] = h1;
+        wl[i] = l0;
+        wl[i + 1] = l1;
     }
 }
 
@@ -100,10 +112,8 @@ void main() {
     norm_scales(tok0);
 
     uint sg = gl_SubgroupID;
-    const uint ACROSS = BT == 16 ? 4 : 2;  // subgroups side by side along the rows
-    const uint PART_T = BT / (4 / ACROSS), PART_R = BM / ACROSS;  // a subgroup's part
-    const bool TWO_I = PART_T == 32, TWO_J = PART_R == 32;  // accumulators i = 1 and j = 1
-    uint tq = (sg / ACROSS) * PART_T, rq = (sg % ACROSS) * PART_R;  // the part's tokens, rows
+    const bool TWO_I = BT == 64;  // accumulators of token block i = 1 (else BT = 32)
+    uint tq = (sg / 2) * (BT / 2), rq = (sg % 2) * 32;  // this subgroup's part: tokens, rows
     // Accumulators per (token block i, row block j): hi*hi, and hi*lo + lo*hi. One
     // declarator per declaration: glslang 13.1 drops the matrix use from later ones.
     ACC hh00 = ACC(0.0);
@@ -128,33 +138,25 @@ void main() {
             MAT_B bh1;
             MAT_B bl0;
             MAT_B bl1;
-            uint xa = tq * LD + k, wa = rq * LD + k;
-            coopMatLoad(ah0, xh, xa, LD, gl_CooperativeMatrixLayoutRowMajor);
-            coopMatLoad(al0, xl, xa, LD, gl_CooperativeMatrixLayoutRowMajor);
+            uint xa = tq * LD4 + k / 4, wa = rq * LD4 + k / 4;  // in f16vec4s
+            coopMatLoad(ah0, xh, xa, LD4, gl_CooperativeMatrixLayoutRowMajor);
+            coopMatLoad(al0, xl, xa, LD4, gl_CooperativeMatrixLayoutRowMajor);
             if (TWO_I) {
-                coopMatLoad(ah1, xh, xa + 16 * LD, LD, gl_CooperativeMatrixLayoutRowMajor);
-                coopMatLoad(al1, xl, xa + 16 * LD, LD, gl_CooperativeMatrixLayoutRowMajor);
+                coopMatLoad(ah1, xh, xa + 16 * LD4, LD4, gl_CooperativeMatrixLayoutRowMajor);
+                coopMatLoad(al1, xl, xa + 16 * LD4, LD4, gl_CooperativeMatrixLayoutRowMajor);
             }
             // B[k][row] = W[row][k]: the row-major W tile read column-major
-            coopMatLoad(bh0, wh, wa, LD, gl_CooperativeMatrixLayoutColumnMajor);
-            coopMatLoad(bl0, wl, wa, LD, gl_CooperativeMatrixLayoutColumnMajor);
-            if (TWO_J) {
-                coopMatLoad(bh1, wh, wa + 16 * LD, LD, gl_CooperativeMatrixLayoutColumnMajor);
-                coopMatLoad(bl1, wl, wa + 16 * LD, LD, gl_CooperativeMatrixLayoutColumnMajor);
-            }
+            coopMatLoad(bh0, wh, wa, LD4, gl_CooperativeMatrixLayoutColumnMajor);
+            coopMatLoad(bh1, wh, wa + 16 * LD4, LD4, gl_CooperativeMatrixLayoutColumnMajor);
+            coopMatLoad(bl0, wl, wa, LD4, gl_CooperativeMatrixLayoutColumnMajor);
+            coopMatLoad(bl1, wl, wa + 16 * LD4, LD4, gl_CooperativeMatrixLayoutColumnMajor);
 #define MMA3(i, j) \
             hh##i##j = coopMatMulAdd(ah##i, bh##j, hh##i##j); \
             mx##i##j = coopMatMulAdd(ah##i, bl##j, mx##i##j); \
             mx##i##j = coopMatMulAdd(al##i, bh##j, mx##i##j);
-            MMA3(0, 0)
-            if (TWO_J) {
-                MMA3(0, 1)
-            }
+            MMA3(0, 0) MMA3(0, 1)
             if (TWO_I) {
-                MMA3(1, 0)
-            }
-            if (TWO_I && TWO_J) {
-                MMA3(1, 1)
+                MMA3(1, 0) MMA3(1, 1)
             }
         }
         barrier();
@@ -166,10 +168,8 @@ void main() {
     float part[PER];
 #define STORE(acc, i, j) coopMatStore(acc##i##j, out_tile, (tq + 16 * i) * BM + rq + 16 * j, BM, \
         gl_CooperativeMatrixLayoutRowMajor);
-#define STORE_PART(acc) STORE(acc, 0, 0) \
-    if (TWO_J) { STORE(acc, 0, 1) } \
-    if (TWO_I) { STORE(acc, 1, 0) } \
-    if (TWO_I && TWO_J) { STORE(acc, 1, 1) }
+#define STORE_PART(acc) STORE(acc, 0, 0) STORE(acc, 0, 1) \
+    if (TWO_I) { STORE(acc, 1, 0) STORE(acc, 1, 1) }
     STORE_PART(mx)
     barrier();
     [[unroll]] for (uint k = 0; k < PER; k++) part[k] = out_tile[lid + k * WG] * (1.0 / LO_SCALE);

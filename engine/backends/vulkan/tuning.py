@@ -37,7 +37,7 @@ class Tuning:
     mass_split: int = 1  # invocations summing one slot's mass (SPLIT of shaders/mass.comp)
     tiled_from: int = 0  # prefill buckets this large use the tiled shaders (0: never)
     coopmat: bool = False  # tiled products on cooperative matrices where the device has them
-    coopmat_tokens: int = 64  # tokens per cooperative-matrix tile: 64, 32 or 16
+    coopmat_tokens: int = 64  # tokens per cooperative-matrix tile: 64 or 32
     # Tiled prefill attention (shaders/attention_prefill.comp): queries per workgroup (4, 8 or
     # 16), and at most how many workgroups share one query tile's slots (1: a workgroup walks
     # them all; more: runs of slots, folded by the last run to finish, see split.glsl).
@@ -52,11 +52,11 @@ class Tuning:
         if self.prefill_queries <= 0 or self.prefill_queries % 4 or self.prefill_splits < 1 \
                 or min(self.prefill_run_tiles, self.fold_loads, self.argmax_groups,
                        self.split_subgroups, self.value_loads) < 1 \
-                or self.split & (self.split - 1) or self.coopmat_tokens not in (16, 32, 64):
+                or self.split & (self.split - 1) or self.coopmat_tokens not in (32, 64):
             raise ValueError(f"split must be a power of two (matmul.comp sums a row group by "
                              f"shuffles), prefill_queries a multiple of 4, prefill_splits, "
                              f"prefill_run_tiles, fold_loads, argmax_groups, split_subgroups "
-                             f"and value_loads at least 1, coopmat_tokens 16, 32 or 64: "
+                             f"and value_loads at least 1, coopmat_tokens 32 or 64: "
                              f"{self.split}, {self.prefill_queries}, "
                              f"{self.prefill_splits}, "
                              f"{self.prefill_run_tiles}, {self.fold_loads}, "
@@ -97,10 +97,14 @@ CPU = Tuning(wg=32, rows=8, split=1, max_tokens=4, prefill_chunk=128, small_wg=3
 # to each slot's score (16: one lane, all 32 holding whole heads, was slower at every
 # context); fold_loads 8: the sweep's pick in the ninth lease (scripts/device/call2.sh; 1050 /
 # 954 / 846 tok/s at 49 / 2033 / 4033 slots), as its 2033-slot best in the eighth.
+# coopmat_tokens 32 and prefill_queries 8 (2026-12-03, scripts/device/profile.sh, synthetic
+# model of the shipped shape, variants interleaved): a 2048-token prompt's device time 62.6 ms
+# in 64-token product tiles, 55.4 in 32 (the products 35.3 -> 28.2 ms), 54.3 with 8-query
+# attention tiles (attention 21.2 -> 19.9 ms); 16-token product tiles were slower than 64.
 GPU = Tuning(wg=128, rows=2, split=32, max_tokens=4, prefill_chunk=256, small_wg=128,
              split_slots=64, max_splits=64, fold_loads=8, split_subgroups=4, value_loads=8,
-             pv_tile=True, mass_split=16, tiled_from=16, coopmat=True, prefill_splits=16,
-             prefill_run_tiles=8, logits_rows=4)
+             pv_tile=True, mass_split=16, tiled_from=16, coopmat=True, coopmat_tokens=32,
+             prefill_queries=8, prefill_splits=16, prefill_run_tiles=8, logits_rows=4)
 
 
 def tuning_for(ctx: Context) -> Tuning:
