@@ -23,6 +23,9 @@ if [ ! -x "$STATE/llama/bin/llama-bench" ]; then
     timeout 300 python3 -m pytest -q -p no:cacheprovider -o addopts="" -m "not real_model" \
         tests/test_vulkan_parity.py tests/test_vulkan_split.py tests/test_vulkan_prefill.py \
         2>&1 | tail -25 | tee "$OUT/gpu-tests.log" || true
+    # DURING_BUILD: a command to run here too, e.g. scripts/device/profile.sh (device
+    # timestamps hold up while the build loads the CPUs; host figures do not).
+    if [ -n "${DURING_BUILD:-}" ]; then bash -c "$DURING_BUILD" || true; fi
     wait_build 500
     cat "$STATE/build.out"
 fi

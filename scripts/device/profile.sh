@@ -2,7 +2,7 @@
 # One device call, no weights carried: the GPU tests in $TESTS (default: the tiled prefill's),
 # then scripts/profile_vulkan.py with this script's arguments on a random model of the shipped
 # one's shape, which scripts/make_synthetic_gguf.py writes from .model/tokenizer.gguf.
-# carry: .gl .whl .model/tokenizer.gguf      ($OUT: gpu-tests.log, profile.jsonl)
+# carry: .gl .whl .model/tokenizer.gguf      ($OUT: profile-tests.log, profile.jsonl)
 #   bash scripts/device/profile.sh --contexts 16 --prefill 256,2048 --variant coopmat_tokens=32
 source scripts/device/common.sh
 setup
@@ -16,6 +16,6 @@ if [ ! -f "$synth" ]; then
 fi
 # shellcheck disable=SC2086  # TESTS is a list of paths and options
 timeout 240 python3 -m pytest -q -p no:cacheprovider -o addopts="" -m "not real_model" \
-    ${TESTS:-tests/test_vulkan_prefill.py} 2>&1 | tail -15 | tee "$OUT/gpu-tests.log" || true
+    ${TESTS:-tests/test_vulkan_prefill.py} 2>&1 | tail -15 | tee "$OUT/profile-tests.log" || true
 timeout 420 python3 scripts/profile_vulkan.py --model "$synth" --cache-dir "$STATE/cache" "$@" \
     | tee "$OUT/profile.jsonl"
