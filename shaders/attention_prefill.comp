@@ -111,13 +111,17 @@ void main() {
         if (s0 + BS < r1) fetch_tile(true, s0 + BS, len, kvbase);
         barrier();
         uint slot = s0 + s_own;
+        float sc[RPT];  // every row's score, masked below: each key vec4 is loaded once
+        [[unroll]] for (uint j = 0; j < RPT; j++) sc[j] = 0.0;
+        for (uint d = 0; d < H4; d++) {
+            vec4 key = kv_sh[s_own * KS + d];
+            [[unroll]] for (uint j = 0; j < RPT; j++) sc[j] += dot(q_sh[(r_own + j * RSTEP) * H4 + d], key);
+        }
         [[unroll]] for (uint j = 0; j < RPT; j++) {
-            uint r = r_own + j * RSTEP, t = t0 + r;
+            uint t = t0 + r_own + j * RSTEP;
             if (t >= C || slot > n0 + t) continue;
-            float sc = 0.0;
-            for (uint d = 0; d < H4; d++) sc += dot(q_sh[r * H4 + d], kv_sh[s_own * KS + d]);
-            probs[(pc.p_row0 + t * NH + h) * S + slot] = sc;
-            mx[j] = max(mx[j], sc);
+            probs[(pc.p_row0 + t * NH + h) * S + slot] = sc[j];
+            mx[j] = max(mx[j], sc[j]);
         }
     }
     [[unroll]] for (uint j = 0; j < RPT; j++) p_sh[(r_own + j * RSTEP) * BS + s_own] = mx[j];
@@ -153,10 +157,14 @@ void main() {
             p_sh[r * BS + s_own] = p;
         }
         barrier();
-        [[unroll]] for (uint k = 0; k < OPT; k++) {
-            uint i = lid + k * WG, r = i / H4, d = i % H4;
-            if (i >= BQ * H4) break;
-            for (uint s = 0; s < BS; s++) o[k] += p_sh[r * BS + s] * kv_sh[s * KS + d];
+        // An invocation's outputs share one column d (WG is a multiple of H4): each value vec4
+        // is loaded once for them all. Rows past the tile read p_sh's last row, never stored.
+        uint d = lid % H4;
+        for (uint s = 0; s < BS; s++) {
+            vec4 value = kv_sh[s * KS + d];
+            [[unroll]] for (uint k = 0; k < OPT; k++) {
+                o[k] += p_sh[min((lid + k * WG) / H4, BQ - 1) * BS + s] * value;
+            }
         }
     }
     barrier();  // p_sh is free again
