@@ -157,13 +157,14 @@ void main() {
             p_sh[r * BS + s_own] = p;
         }
         barrier();
-        // An invocation's outputs share one column d (WG is a multiple of H4): each value vec4
-        // is loaded once for them all. Rows past the tile read p_sh's last row, never stored.
-        uint d = lid % H4;
+        // Slots outer: where WG is a multiple of H4 (heads of 64 or 128 dimensions) an
+        // invocation's outputs share one column, i % H4 folds to lid % H4 once specialized, and
+        // each value vec4 is loaded once for them all. Rows past the tile read p_sh's last row
+        // and are never stored.
         for (uint s = 0; s < BS; s++) {
-            vec4 value = kv_sh[s * KS + d];
             [[unroll]] for (uint k = 0; k < OPT; k++) {
-                o[k] += p_sh[min((lid + k * WG) / H4, BQ - 1) * BS + s] * value;
+                uint i = lid + k * WG;
+                o[k] += p_sh[min(i / H4, BQ - 1) * BS + s] * kv_sh[s * KS + i % H4];
             }
         }
     }

@@ -201,3 +201,16 @@ def test_routing() -> None:
         replace(GPU, prefill_queries=6)
     with pytest.raises(ValueError, match="coopmat_tokens 32 or 64"):  # the shader's layouts
         replace(GPU, coopmat_tokens=16)
+
+
+def test_attention_heads_whose_width_does_not_divide_the_workgroup(tmp_path_factory,
+                                                                  backend_with) -> None:
+    """Heads of 48 dimensions (12 vec4s, which 128 invocations do not divide evenly): with 16
+    queries a tile an invocation owns two outputs of different columns."""
+    model = tiny(tmp_path_factory, QT.Q8_0, d_model=96, n_heads=2, n_kv_heads=1, ffn_dim=96,
+                 seed=6)
+    assert model.config.head_dim == 48
+    ids = prompt(100, 4, model.config.vocab_size)
+    vk, ref, seen = run_pair(model, backend_with(replace(GPU, prefill_queries=16)), [ids])
+    assert "attention_prefill" in seen
+    assert_same_state(vk, ref, len(ids))
