@@ -103,10 +103,13 @@ def profile_decode(conv, forward, steps: int, timer) -> dict:
             "host_rest_ms": round(host_ms - run_ms, 3), "gpu": summarize(samples)}
 
 
-def variant_knobs(base, variant: str) -> dict:
-    """{"knob": value} from "knob=value,knob=value" (engine/backends/vulkan/tuning.py's fields)."""
-    return {k: type(getattr(base, k))(int(v)) for k, v in
-            (kv.split("=") for kv in variant.split(",") if kv)}
+def use_variant(backend, base, variant: str) -> dict:
+    """Give the backend `base` with the knobs of "knob=value,knob=value" (tuning.py's fields;
+    "" for base itself) for the conversations it makes next; returns those knobs."""
+    knobs = {k: type(getattr(base, k))(int(v)) for k, v in
+             (kv.split("=") for kv in variant.split(",") if kv)}
+    backend.tuning = replace(base, **knobs)
+    return knobs
 
 
 def decode_contexts(model, backend, policy, contexts: list[int], steps: int, timer,
@@ -122,8 +125,7 @@ def decode_contexts(model, backend, policy, contexts: list[int], steps: int, tim
         conv = Conversation(model, policy, backend=backend)
         conv.ingest(synthetic_tokens(model.config.vocab_size, context, 0))
         for variant in ["", *variants]:
-            knobs = variant_knobs(base, variant)
-            backend.tuning = replace(base, **knobs)
+            knobs = use_variant(backend, base, variant)
             forward = conv.forward if not variant else backend.make_forward(model, conv.ring)
             emit({**profile_decode(conv, forward, steps, timer), "variant": knobs})
         del conv
@@ -207,8 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     base = backend.tuning
     for n in args.prefill:
         for variant in ["", *args.variant]:  # interleaved, so that clock drift hits each alike
-            knobs = variant_knobs(base, variant)
-            backend.tuning = replace(base, **knobs)
+            knobs = use_variant(backend, base, variant)
             emit({**profile_prefill(model, backend, policy, n, timer), "variant": knobs})
     backend.tuning = base
     return 0
