@@ -12,8 +12,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-STREAM_SUFFIX = ".stream.jsonl"
-SNAPSHOT_SUFFIX = ".snapshot.bin"
+from engine.paths import SNAPSHOT_SUFFIX, STREAM_SUFFIX, SessionFiles
+
 TAIL_BYTES = 64 * 1024  # enough for the last few messages of any stream
 
 
@@ -39,7 +39,8 @@ def list_sessions(data_dir: Path) -> list[SessionInfo]:
 
 
 def _info(data_dir: Path, name: str) -> SessionInfo:
-    stream, snap = data_dir / f"{name}{STREAM_SUFFIX}", data_dir / f"{name}{SNAPSHOT_SUFFIX}"
+    files = SessionFiles(data_dir, name)
+    stream, snap = files.stream, files.snapshot
     size, last_saved, last_active = 0, None, 0.0
     for path in (stream, snap):
         try:

@@ -20,6 +20,7 @@ from .cli_args import (
     remember_model,
     use_session_model,
 )
+from .paths import SessionFiles
 from .process.protocol import Limits, message_problem
 
 
@@ -169,7 +170,7 @@ def send(args: argparse.Namespace) -> int:
     if problem:
         raise ValueError(f"the message {problem}")
     name = check_session_name(opt(args, "session", "default"))
-    log = StreamLog(data_dir(args) / f"{name}.stream.jsonl")
+    log = StreamLog(SessionFiles(data_dir(args), name).stream)
     start = log.read()
     sent = log.append("user", args.text)
     if args.no_wait:

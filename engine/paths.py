@@ -7,6 +7,7 @@ import importlib.util
 import os
 import re
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
@@ -19,6 +20,33 @@ MODEL_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # A session name becomes part of file names in the data directory: no separators, no dot
 # first (so no '..' and no hidden files), ASCII only, short.
 SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+# A session is these files in the data directory (docs/stream.md): the one place they are spelled.
+STREAM_SUFFIX = ".stream.jsonl"  # the transcript and write-ahead log
+SNAPSHOT_SUFFIX = ".snapshot.bin"  # the working state
+MODEL_RECORD_SUFFIX = ".model.json"  # which model the session runs on
+SESSION_SUFFIXES = (STREAM_SUFFIX, SNAPSHOT_SUFFIX, MODEL_RECORD_SUFFIX)
+
+
+@dataclass(frozen=True)
+class SessionFiles:
+    """Where session `name`'s files live in `data_dir`."""
+
+    data_dir: Path
+    name: str
+
+    @property
+    def stream(self) -> Path:
+        return self.data_dir / f"{self.name}{STREAM_SUFFIX}"
+
+    @property
+    def snapshot(self) -> Path:
+        return self.data_dir / f"{self.name}{SNAPSHOT_SUFFIX}"
+
+    @property
+    def model_record(self) -> Path:
+        return self.data_dir / f"{self.name}{MODEL_RECORD_SUFFIX}"
 
 
 def session_name_problem(name: str) -> str | None:

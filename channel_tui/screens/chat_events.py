@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from engine.paths import SessionFiles
 from engine.process.protocol import PROTOCOL_VERSION
 
 from .. import format as fmt
@@ -156,7 +157,7 @@ class ChatEvents:
         if event.get("kind") != "warm":
             return None, None
         try:  # the documented file layout: <data dir>/<session>.snapshot.bin
-            st = (self.data_dir() / f"{self.session}.snapshot.bin").stat()
+            st = SessionFiles(self.data_dir(), self.session).snapshot.stat()
         except OSError:
             return {"status": "loaded", "bytes": event.get("snapshot_bytes")}, None
         return {"status": "saved", "bytes": st.st_size}, st.st_mtime

@@ -16,7 +16,7 @@ from ulid import ULID
 
 from ..errors import StreamError
 from ..fileio import create_exclusive, open_regular
-from ..paths import check_session_name
+from ..paths import SessionFiles, check_session_name
 from .replay import FORKED_FROM
 from .stream import StreamEvent, StreamLog, _now
 
@@ -32,10 +32,6 @@ class ForkReport:
     last_event_id: str | None
 
 
-def session_files(data_dir: Path, name: str) -> tuple[Path, Path]:
-    return data_dir / f"{name}.stream.jsonl", data_dir / f"{name}.snapshot.bin"
-
-
 def fork_session(data_dir: Path, source: str, name: str) -> ForkReport:
     """Create session `name` from `source`'s stream and snapshot; ValueError if `name`
     exists or `source` does not."""
@@ -44,8 +40,9 @@ def fork_session(data_dir: Path, source: str, name: str) -> ForkReport:
     if source == name:
         raise ValueError(f"cannot fork session {source!r} onto itself")
     data_dir = Path(data_dir)
-    src_stream, src_snapshot = session_files(data_dir, source)
-    new_stream, new_snapshot = session_files(data_dir, name)
+    src, new = SessionFiles(data_dir, source), SessionFiles(data_dir, name)
+    src_stream, src_snapshot = src.stream, src.snapshot
+    new_stream, new_snapshot = new.stream, new.snapshot
     if os.path.lexists(new_stream) or os.path.lexists(new_snapshot):
         raise ValueError(f"session {name!r} already exists")
     events = StreamLog(src_stream).read().events

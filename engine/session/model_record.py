@@ -19,8 +19,8 @@ from pathlib import Path
 from ..errors import ChannelError
 from ..fileio import open_regular, write_atomically
 from ..model.gguf_file import fingerprint_file
+from ..paths import SessionFiles
 
-RECORD_SUFFIX = ".model.json"
 MAX_RECORD_BYTES = 64 << 10
 
 
@@ -36,7 +36,7 @@ class ModelRecord:
 
 
 def record_path(data_dir: Path, session: str) -> Path:
-    return Path(data_dir) / f"{session}{RECORD_SUFFIX}"
+    return SessionFiles(Path(data_dir), session).model_record
 
 
 def read_record(data_dir: Path, session: str) -> ModelRecord | None:

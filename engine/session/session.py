@@ -21,7 +21,7 @@ from ..backends.base import Backend
 from ..errors import StreamError
 from ..model.config import RingPolicy
 from ..model.model import Model
-from ..paths import check_session_name
+from ..paths import SessionFiles, check_session_name
 from ..snapshot.writer import SaveResult, SnapshotStatus, Snapshotter
 from ..state.conversation import Conversation, StopCheck
 from ..state.sampler import SamplingSettings
@@ -77,11 +77,11 @@ class Session:
         self.model = model
         self.name = check_session_name(name)
         self.data_dir = Path(data_dir)
-        self.stream = StreamLog(self.data_dir / f"{name}.stream.jsonl")
+        self.stream = StreamLog(SessionFiles(self.data_dir, name).stream)
         self.conversation = Conversation(model, policy, backend=backend)
         self.transcript = Transcript(model.template, model.tokenizer, model.fingerprint,
                                      model.config.vocab_size)
-        self.snapshots = Snapshotter(self.conversation, self.data_dir / f"{name}.snapshot.bin")
+        self.snapshots = Snapshotter(self.conversation, SessionFiles(self.data_dir, name).snapshot)
         self.last_event_id: str | None = None
         self.unusable: str | None = None  # why the state cannot be trusted (reopen it)
         self.stream_offset = 0  # bytes of the stream that boot consumed

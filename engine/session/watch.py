@@ -9,8 +9,9 @@ from pathlib import Path
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
+from ..paths import STREAM_SUFFIX
+
 log = logging.getLogger("channel.engine")
-SUFFIX = ".stream.jsonl"
 INACTIVE_EMITTER = "called when the thread is inactive"
 
 
@@ -35,8 +36,8 @@ class _Handler(FileSystemEventHandler):
                                                           "closed"):
             return
         path = str(getattr(event, "dest_path", "") or event.src_path)
-        if path.endswith(SUFFIX):
-            self.on_change(Path(path).name[: -len(SUFFIX)])
+        if path.endswith(STREAM_SUFFIX):
+            self.on_change(Path(path).name[: -len(STREAM_SUFFIX)])
 
 
 class StreamWatcher:
