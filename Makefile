@@ -37,7 +37,7 @@ shaders: setup
 	$(BIN)/python -m engine.backends.vulkan.compile
 
 lint: setup
-	$(BIN)/ruff check engine channel_tui tests scripts
+	$(BIN)/ruff check engine channel_tui channel_cli tests scripts
 
 bench: setup
 	$(BIN)/channel bench --json

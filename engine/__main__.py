@@ -16,18 +16,18 @@ import sys
 import threading
 from pathlib import Path
 
+from .backends import BACKEND_CHOICES
 from .errors import ChannelError, UnusableFileError
 from .fileio import open_regular
-from .model.config import DEFAULT_EVICT, EVICT_POLICIES
 from .paths import default_cache_dir, default_data_dir
 from .process.protocol import (
-    BACKEND_CHOICES,
     DEFAULT_MAX_MESSAGE_BYTES,
     PROTOCOL_VERSION,
     Limits,
     data_dir_problem,
     encode_event,
 )
+from .state.ring_policy import DEFAULT_EVICT, EVICT_POLICIES
 
 log = logging.getLogger("channel.engine")
 PR_SET_PDEATHSIG = 1
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, lambda *_: stop_early.set())
 
     from .backends.select import Placement, backend_for_model
-    from .model.config import RingPolicy
+    from .state.ring_policy import RingPolicy
 
     def progress(done: int, total: int) -> None:
         emit({"type": "progress", "phase": "weights", "done": done, "total": total})
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     from .model.catalog_sources import default_roots
     from .process.reader import read_requests
     from .process.server import EngineServer
-    from .session.session_models import SessionModels
+    from .process.session_models import SessionModels
 
     def load_another(path: Path):  # a session's recorded model, or one `open` names
         return load_placed(placement, path, cache_dir, progress)

@@ -58,9 +58,9 @@ def decode_room(max_slots: int, context: int, wanted: int) -> int:
 def bench(backend_name: str, model_path: Path, cache_dir: Path, scratch: Path,
           prefill: list[int], contexts: list[int], decode_tokens: int, repeat: int,
           tuning: dict | None = None) -> dict:
-    from engine.model.config import RingPolicy
+    from engine.conversation import Conversation
     from engine.model.model import load_model
-    from engine.state.conversation import Conversation
+    from engine.state.ring_policy import RingPolicy
     from engine.state.sampler import SamplingSettings
     from engine.tools.bench import synthetic_tokens
 

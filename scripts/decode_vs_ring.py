@@ -39,8 +39,8 @@ def rss_mb() -> float:
 
 def measure_channel(model: str | None, occupancy: tuple[int, ...]) -> dict[int, float]:
     from engine.backends.ggml.backend import GgmlBackend  # noqa: PLC0415
+    from engine.conversation import Conversation  # noqa: PLC0415
     from engine.model.model import load_model  # noqa: PLC0415
-    from engine.state.conversation import Conversation  # noqa: PLC0415
 
     loaded = load_model(model, f32_weights=False)
     backend, vocab, out = GgmlBackend(), loaded.config.vocab_size, {}

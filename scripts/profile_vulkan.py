@@ -116,7 +116,7 @@ def decode_contexts(model, backend, policy, contexts: list[int], steps: int, tim
                     variants: list[str]) -> None:
     """profile_decode at each context, for the device's tuning and each variant of it
     ("knob=value,knob=value": engine/backends/vulkan/tuning.py's fields)."""
-    from engine.state.conversation import Conversation
+    from engine.conversation import Conversation
     from engine.tools.bench import synthetic_tokens
 
     base = backend.tuning
@@ -134,7 +134,7 @@ def decode_contexts(model, backend, policy, contexts: list[int], steps: int, tim
 
 def profile_prefill(model, backend, policy, n: int, timer) -> dict:
     from engine.backends.vulkan.profiler import summarize
-    from engine.state.conversation import Conversation
+    from engine.conversation import Conversation
     from engine.tools.bench import synthetic_tokens
 
     ids = synthetic_tokens(model.config.vocab_size, n, 0)
@@ -176,9 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     from engine.backends.vulkan import options
     from engine.backends.vulkan.backend import VulkanBackend
     from engine.backends.vulkan.profiler import DispatchTimer
-    from engine.model.config import RingPolicy
     from engine.model.model import load_model
     from engine.paths import default_model_path
+    from engine.state.ring_policy import RingPolicy
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", help="a GGUF (default: the shipped model)")

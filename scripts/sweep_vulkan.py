@@ -45,7 +45,7 @@ def ints(text: str) -> list[int]:
 
 def sweep_decode(args, model, backend, policy) -> None:
     from engine.backends.vulkan.tuning import split_runs
-    from engine.state.conversation import Conversation
+    from engine.conversation import Conversation
     from engine.tools.bench import synthetic_tokens
 
     base, vocab = backend.tuning, model.config.vocab_size
@@ -82,7 +82,7 @@ def sweep_decode(args, model, backend, policy) -> None:
 
 
 def sweep_prefill(args, model, backend, policy) -> None:
-    from engine.state.conversation import Conversation
+    from engine.conversation import Conversation
     from engine.tools.bench import synthetic_tokens
 
     base, vocab = backend.tuning, model.config.vocab_size
@@ -112,9 +112,9 @@ def sweep_prefill(args, model, backend, policy) -> None:
 def main(argv: list[str] | None = None) -> int:
     from engine.backends.vulkan import options
     from engine.backends.vulkan.backend import VulkanBackend
-    from engine.model.config import RingPolicy
     from engine.model.model import load_model
     from engine.paths import default_model_path
+    from engine.state.ring_policy import RingPolicy
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", help="a GGUF (default: the shipped model)")

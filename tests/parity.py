@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 from gguf import GGMLQuantizationType as QT
 
-from engine.model.config import RingPolicy
+from engine.conversation import Conversation
 from engine.model.model import load_model
-from engine.state.conversation import Conversation
+from engine.state.ring_policy import RingPolicy
 
 from .tiny_model import TinySpec, write_tiny_gguf
 

@@ -9,11 +9,11 @@ import sys
 import time
 from pathlib import Path
 
-from engine.model.config import RingPolicy
+from engine.conversation import Conversation
 from engine.model.model import load_model
 from engine.snapshot.restore import restore
 from engine.snapshot.writer import SnapshotStatus, Snapshotter
-from engine.state.conversation import Conversation
+from engine.state.ring_policy import RingPolicy
 
 POLICY = RingPolicy(max_slots=2048, recent_window=64, evict_batch=64, prefill_chunk=128)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from engine.allocs import measure_allocations
-from engine.model.config import RingPolicy
-from engine.state.conversation import Conversation
+from engine.conversation import Conversation
+from engine.state.ring_policy import RingPolicy
 
 
 def test_steady_state_decode_allocates_no_numpy_buffers(real_model) -> None:

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.model.config import RingPolicy
+from engine.conversation import Conversation
 from engine.model.model import load_model
-from engine.state.conversation import Conversation
+from engine.state.ring_policy import RingPolicy
 
 from .parity import prefill_row_logits
 
@@ -110,7 +110,7 @@ def test_channel_chat_runs_every_architecture(tmp_path, name) -> None:
     turn, the reply's end-of-generation token, and a warm second turn from the snapshot."""
     def chat(text: str) -> dict:
         proc = subprocess.run(
-            [sys.executable, "-m", "engine.cli", "chat", "--json", "--max-tokens", "6",
+            [sys.executable, "-m", "channel_cli.cli", "chat", "--json", "--max-tokens", "6",
              "--model", str(FIXTURES / f"{name}.gguf"), "--data-dir", str(tmp_path / "data"),
              "--cache-dir", str(tmp_path / "cache"), text],
             capture_output=True, text=True, cwd=REPO, timeout=300)

@@ -12,13 +12,13 @@ import gguf
 import numpy as np
 import pytest
 
+from engine.conversation import Conversation
 from engine.errors import UnsupportedArchitectureError
 from engine.model.architecture import ARCHITECTURES, support_problem
-from engine.model.config import RingPolicy
 from engine.model.gguf_file import open_model
 from engine.model.model import load_model
 from engine.snapshot.format import identity_of
-from engine.state.conversation import Conversation
+from engine.state.ring_policy import RingPolicy
 
 from .parity import run_steps
 from .tiny_model import TinySpec, field_value, write_tiny_gguf

@@ -8,10 +8,11 @@ import tracemalloc
 import numpy as np
 import pytest
 
+from engine.align import ALIGN
 from engine.errors import LayoutError, StaleViewError
-from engine.model.config import RingPolicy
 from engine.state.arena import StateArena, anonymous_memory, conversation_layout
-from engine.state.layout import ALIGN, ArenaLayout
+from engine.state.layout import ArenaLayout
+from engine.state.ring_policy import RingPolicy
 
 from .test_layout import SMOLLM2, TINY
 

@@ -9,8 +9,8 @@ import math
 import pytest
 from gguf import GGMLQuantizationType as QT
 
-from engine.model.config import DEFAULT_EVICT, EVICT_POLICIES, RingPolicy
-from engine.state.conversation import Conversation
+from engine.conversation import Conversation
+from engine.state.ring_policy import DEFAULT_EVICT, EVICT_POLICIES, RingPolicy
 from engine.tools.eval_memory import QUICK, Tally, evaluate_memory, score_conversation, segments_of
 from engine.tools.eval_memory_facts import make_dialogue
 from engine.tools.perplexity import read_and_score
@@ -66,7 +66,7 @@ def test_quick_evaluation_has_the_issue_s_shape(long_tiny) -> None:
 
 
 def test_cli_prints_json_a_table_and_a_plot(long_tiny, capsys, tmp_path) -> None:
-    from engine.cli import main
+    from channel_cli.cli import main
 
     common = ["eval", "memory", "--quick", "--model", str(long_tiny.path), "--cache-dir",
               str(long_tiny.path.parent / "cache"), "--backend", "numpy"]
@@ -95,7 +95,7 @@ def test_plot_without_matplotlib_is_one_line_before_any_work(long_tiny, capsys,
                                                              monkeypatch) -> None:
     import importlib.util
 
-    from engine.cli import main
+    from channel_cli.cli import main
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",

@@ -8,10 +8,10 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 from engine.allocs import measure_allocations
-from engine.model.config import EVICT_POLICIES, RingPolicy
+from engine.conversation import Conversation
 from engine.snapshot.restore import read_snapshot, restore
 from engine.snapshot.writer import Snapshotter
-from engine.state.conversation import Conversation
+from engine.state.ring_policy import EVICT_POLICIES, RingPolicy
 
 from .parity import run_steps, tiny
 
@@ -212,7 +212,7 @@ def test_cli_perplexity_reads_through_the_asked_policy(tiny_gguf, tiny_cache, tm
                                                         capsys) -> None:
     import json
 
-    from engine.cli import main
+    from channel_cli.cli import main
 
     text = tmp_path / "t.txt"
     text.write_text("the cat sat on the mat and then it went to sleep. " * 12)

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.model.config import RingPolicy
-from engine.state.conversation import Conversation
+from engine.conversation import Conversation
+from engine.state.ring_policy import RingPolicy
 
 FIXTURES = Path(__file__).parent / "fixtures" / "reference"
 INDEX = json.loads((FIXTURES / "index.json").read_text())

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 
-from engine.model.config import RingPolicy
+from engine.conversation import Conversation
 from engine.model.model import load_model
-from engine.state.conversation import Conversation
+from engine.state.ring_policy import RingPolicy
 
 from . import naive_llama
 from .tiny_model import TinySpec, write_tiny_gguf

@@ -13,10 +13,10 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 from engine.allocs import measure_allocations
-from engine.model.config import RingPolicy
+from engine.conversation import Conversation
 from engine.snapshot.restore import restore
 from engine.snapshot.writer import Snapshotter
-from engine.state.conversation import Conversation
+from engine.state.ring_policy import RingPolicy
 from engine.state.sampler import SamplingSettings
 
 from .parity import POLICY, TOKENS, run_steps, tiny

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.model.config import RingPolicy
-from engine.state.conversation import Conversation
+from engine.conversation import Conversation
+from engine.state.ring_policy import RingPolicy
 from engine.tools.eval_memory_text import licence_text
 
 from .parity import prefill_row_logits

@@ -5,10 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.align import ALIGN
 from engine.errors import LayoutError, LayoutSealedError
-from engine.model.config import ModelConfig, RingPolicy
+from engine.model.config import ModelConfig
 from engine.state.arena import STATE_REGIONS, conversation_layout
-from engine.state.layout import ALIGN, ArenaLayout
+from engine.state.layout import ArenaLayout
+from engine.state.ring_policy import RingPolicy
 
 SMOLLM2 = ModelConfig(
     n_layers=30, d_model=576, n_heads=9, n_kv_heads=3, head_dim=64, ffn_dim=1536,

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from engine.model.config import RingPolicy
-from engine.state.conversation import Conversation
+from engine.conversation import Conversation
+from engine.state.ring_policy import RingPolicy
 from engine.state.sampler import SamplingSettings
 from engine.tools.eval_memory_text import licence_text
 from engine.tools.perplexity import perplexity, read_and_score

@@ -141,7 +141,7 @@ def test_shipped_model_scans_in_milliseconds() -> None:
 
 
 def run_cli(fake: FakeHome, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "channel_cli.cli", *args], cwd=REPO,
                           env=fake.process_env(), capture_output=True, text=True,
                           timeout=timeout)
 

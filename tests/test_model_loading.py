@@ -86,7 +86,7 @@ def _tensor_type_offset(data: bytearray, name: bytes) -> int:
 )
 def test_cli_reports_bad_models_in_one_line(tmp_path: Path, args, expected) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "chat", *args, "--data-dir", str(tmp_path), "hi"],
+        [sys.executable, "-m", "channel_cli.cli", "chat", *args, "--data-dir", str(tmp_path), "hi"],
         capture_output=True, text=True, cwd=REPO, timeout=120,
     )
     assert proc.returncode == 2

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.model.config import RingPolicy
 from engine.state.arena import StateArena, conversation_layout
+from engine.state.ring_policy import RingPolicy
 from engine.state.sampler import Sampler, SamplingSettings
 
 from .test_layout import TINY

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.model.config import RingPolicy
 from engine.session.session import Session, check_session_name
 from engine.session.transcript import encode_with_content
+from engine.state.ring_policy import RingPolicy
 from engine.state.sampler import SamplingSettings
 
 GREEDY = SamplingSettings()

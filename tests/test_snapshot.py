@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from engine.conversation import Conversation
 from engine.fileio import describe_os_error
-from engine.model.config import RingPolicy
 from engine.session.session import Session
 from engine.snapshot.format import HEADER, SnapshotError
 from engine.snapshot.restore import read_snapshot, restore
@@ -26,7 +26,7 @@ from engine.snapshot.writer import (
     take_cut,
 )
 from engine.state.arena import STATE_REGIONS
-from engine.state.conversation import Conversation
+from engine.state.ring_policy import RingPolicy
 from engine.state.sampler import SamplingSettings
 
 GREEDY = SamplingSettings()

@@ -10,11 +10,11 @@ import pytest
 import xxhash
 
 from engine.backends.numpy.backend import NumpyBackend
-from engine.model.config import RingPolicy
+from engine.conversation import Conversation
 from engine.snapshot.format import HEADER, TRAILER, SnapshotCorruptError
 from engine.snapshot.restore import restore
 from engine.snapshot.writer import Snapshotter
-from engine.state.conversation import Conversation
+from engine.state.ring_policy import RingPolicy
 
 POLICY = RingPolicy(max_slots=64, recent_window=8, evict_batch=8, prefill_chunk=16)
 PROMPT = [1, 40, 77, 200, 13, 99, 5, 250, 31, 64, 128, 7]

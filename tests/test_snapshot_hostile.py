@@ -16,11 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from engine.conversation import Conversation
 from engine.model.model import load_model
 from engine.snapshot.format import HEADER, SnapshotError
 from engine.snapshot.restore import read_snapshot, restore
 from engine.snapshot.writer import Snapshotter
-from engine.state.conversation import Conversation
 
 from .test_snapshot import SMALL, busy_conversation, live_state
 from .tiny_model import TinySpec, write_tiny_gguf

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from channel_tui.widgets.ring_view import turn_counts
-from engine.model.config import RingPolicy
-from engine.state.conversation import Conversation
+from engine.conversation import Conversation
+from engine.state.ring_policy import RingPolicy
 from engine.state.turn_memory import turn_memory
 
 POLICY = RingPolicy(max_slots=64, recent_window=8, evict_batch=8, prefill_chunk=16,

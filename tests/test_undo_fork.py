@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.model.config import RingPolicy
+from engine.process.runtime import transcript_fields
 from engine.session.fork import fork_session
-from engine.session.runtime import transcript_fields
 from engine.session.session import Session
 from engine.session.undo import undo
+from engine.state.ring_policy import RingPolicy
 from engine.state.sampler import SamplingSettings
 
 GREEDY = SamplingSettings()

@@ -15,7 +15,7 @@ from gguf import GGMLQuantizationType as QT
 from engine.allocs import measure_allocations
 from engine.backends.vulkan import UnsupportedTensorTypeForVulkanError, options
 from engine.backends.vulkan.options import VulkanOptions
-from engine.state.conversation import Conversation
+from engine.conversation import Conversation
 
 from .parity import POLICY, TOKENS, run_steps, tiny
 

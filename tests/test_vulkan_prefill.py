@@ -18,8 +18,8 @@ from gguf import GGMLQuantizationType as QT
 
 from engine.backends.vulkan.prefill import product_tile, tiled
 from engine.backends.vulkan.tuning import CPU, GPU, prefill_runs
-from engine.model.config import RingPolicy
-from engine.state.conversation import Conversation
+from engine.conversation import Conversation
+from engine.state.ring_policy import RingPolicy
 from engine.state.sampler import SamplingSettings
 
 from .parity import tiny

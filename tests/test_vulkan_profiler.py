@@ -8,8 +8,8 @@ import numpy as np
 from gguf import GGMLQuantizationType as QT
 
 from engine.backends.vulkan.profiler import DispatchTimer, summarize
-from engine.model.config import RingPolicy
-from engine.state.conversation import Conversation
+from engine.conversation import Conversation
+from engine.state.ring_policy import RingPolicy
 
 from .parity import tiny
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.model.config import RingPolicy
-from engine.state.conversation import Conversation
+from engine.conversation import Conversation
+from engine.state.ring_policy import RingPolicy
 
 FIXTURES = Path(__file__).parent / "fixtures" / "reference"
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]

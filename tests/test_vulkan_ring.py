@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.model.config import RingPolicy
+from engine.conversation import Conversation
 from engine.model.rope import rotate_pairs
-from engine.state.conversation import Conversation
+from engine.state.ring_policy import RingPolicy
 
 POLICY = RingPolicy(max_slots=64, recent_window=8, evict_batch=8, prefill_chunk=16)
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 
-from engine.model.config import EVICT_POLICIES, RingPolicy
-from engine.state.conversation import Conversation
+from engine.conversation import Conversation
+from engine.state.ring_policy import EVICT_POLICIES, RingPolicy
 
 from .parity import tiny
 

@@ -18,8 +18,8 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 from engine.backends.vulkan.tuning import CPU, GPU, split_runs
-from engine.model.config import RingPolicy
-from engine.state.conversation import Conversation
+from engine.conversation import Conversation
+from engine.state.ring_policy import RingPolicy
 from engine.state.sampler import SamplingSettings
 
 from .parity import TOKENS, tiny

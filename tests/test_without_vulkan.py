@@ -10,7 +10,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 # A meta-path finder that makes `import vulkan` raise what the real package raises without
-# its loader, then runs engine.cli with the given arguments.
+# its loader, then runs channel_cli.cli with the given arguments.
 NO_LOADER = """
 import importlib.abc, importlib.machinery, sys
 class NoLoader(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -23,7 +23,7 @@ class NoLoader(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 sys.meta_path.insert(0, NoLoader())
 sys.modules.pop("vulkan", None)
-from engine.cli import main
+from channel_cli.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..model.config import DEFAULT_EVICT, ModelConfig, RingPolicy
-from ..process.protocol import BACKEND_CHOICES
+from ..model.config import ModelConfig
+from ..state.ring_policy import DEFAULT_EVICT, RingPolicy
+from . import BACKEND_CHOICES
 from .base import Backend
 from .ggml.lib import available as ggml_problem
 from .numpy.backend import NumpyBackend

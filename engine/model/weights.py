@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 from gguf import GGMLQuantizationType, quants
 
+from ..align import align_up
 from ..errors import ModelError, WeightImageError
 from ..fileio import atomic_output
-from ..state.layout import align_up
 from .config import ModelConfig
 from .gguf_file import ModelFile
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..session.fork import fork_session
-from ..session.runtime import transcript_fields
 from ..session.undo import EditReport, undo
+from .runtime import transcript_fields
 
 if TYPE_CHECKING:
     from .protocol import Request

@@ -29,8 +29,6 @@ from ..state.sampling import SamplingSettings
 from ..text import decode_utf8, parse_json, utf8_size
 
 PROTOCOL_VERSION = 1
-# `--backend` of the engine process (and of `channel`, which passes it on): backends/select.py.
-BACKEND_CHOICES = ("auto", "ggml", "numpy", "vulkan")
 MAX_LINE_BYTES = 1 << 20  # a request larger than this is refused, not parsed
 # A message larger than this is refused (--max-message-bytes). The ring holds a few thousand
 # tokens, a few pages of text: a bigger message mostly costs prefill time it then evicts.

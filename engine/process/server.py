@@ -21,20 +21,15 @@ from ..backends.select import Choice, Placement
 from ..errors import ChannelError
 from ..model.model import Model
 from ..session.replay import is_withdrawal
-from ..session.runtime import (
-    SessionRuntime,
-    boot_fields,
-    ring_size_fields,
-    ring_summary,
-    transcript_fields,
-)
-from ..session.session import PendingTurn, Session, TurnResult
-from ..session.session_models import SessionModels
-from ..session.watch import StreamWatcher
+from ..session.session import Session, TurnResult
+from ..session.turns import PendingTurn
 from ..state.sampler import SamplingSettings
 from .edits import TurnEdits
 from .protocol import PROTOCOL_VERSION, Limits, ProtocolError, Request, parse_request
+from .runtime import SessionRuntime, boot_fields, ring_size_fields, ring_summary, transcript_fields
+from .session_models import SessionModels
 from .snapshots import SnapshotRequests
+from .watch import StreamWatcher
 
 log = logging.getLogger("channel.engine")
 Emit = Callable[[dict], None]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from ..session.runtime import SessionRuntime, boot_fields, save_fields, transcript_fields
 from ..snapshot.writer import SaveResult
+from .runtime import SessionRuntime, boot_fields, save_fields, transcript_fields
 
 if TYPE_CHECKING:
     from .protocol import Request

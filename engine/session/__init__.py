@@ -1,3 +1,3 @@
-"""Named sessions: the stream log, the transcript, a Session keeping them and the state in
-step, and the engine process's per-session runtime, stream watcher and boot comparison.
+"""A named session on disk: the stream log, the transcript, the turn points undo rolls back
+to, boot (warm or cold) and fork, and Session, which keeps them and the state in step.
 """

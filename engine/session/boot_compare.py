@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..model.config import RingPolicy
 from ..model.model import Model
+from ..state.ring_policy import RingPolicy
 from .session import Session
 
 

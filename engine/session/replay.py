@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..state.conversation import Conversation
+from ..conversation import Conversation
 from .stream import StreamEvent
 from .transcript import Transcript
 

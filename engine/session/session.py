@@ -18,38 +18,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..backends.base import Backend
+from ..conversation import Conversation, StopCheck
 from ..errors import StreamError
-from ..model.config import RingPolicy
 from ..model.model import Model
 from ..paths import SessionFiles, check_session_name
 from ..snapshot.writer import SaveResult, SnapshotStatus, Snapshotter
-from ..state.conversation import Conversation, StopCheck
+from ..state.ring_policy import RingPolicy
 from ..state.sampler import SamplingSettings
 from . import boot as booting
 from .boot import BootReport, StreamOrderError
 from .replay import WITHDRAWS, ReplayProgress, taken_in, withdrawn_ids
 from .stream import StreamEvent, StreamLog, StreamRead
-from .transcript import Transcript, TranscriptMark
-from .undo import LastTurn, TurnPoint
+from .transcript import Transcript
+from .turns import LastTurn, PendingTurn, TurnPoint
 
 log = logging.getLogger("channel.engine")
 
 TextCallback = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class PendingTurn:
-    """A user message that is in the stream and its prompt tokens, ready to be answered."""
-
-    event: StreamEvent
-    prompt: list[int]
-    awaiting_before: bool = False  # the transcript's state before this message's prompt
-    # The transcript before this message's prompt (None when unknown: a pending message
-    # found at boot), so that an undo can rewind it.
-    transcript_before: TranscriptMark | None = None
-    # Set when the ring already holds the prompt (a regenerate rolled back to it): the
-    # point before the prompt, kept from the turn that is being regenerated.
-    prefilled: TurnPoint | None = None
 
 
 @dataclass(frozen=True)
@@ -129,7 +114,7 @@ class Session:
         message the template cannot take."""
         if not text.strip():
             raise ValueError("empty message")
-        self._check_usable()
+        self.check_usable()
         mark = self.transcript.mark()
         prompt = self.transcript.user_turn(text)
         try:
@@ -141,7 +126,7 @@ class Session:
 
     def begin_external(self, event: StreamEvent) -> PendingTurn:
         """A user event another program appended to the stream, to answer as if typed here."""
-        self._check_usable()
+        self.check_usable()
         mark = self.transcript.mark()
         return PendingTurn(event, self.transcript.event_tokens(event, generation_prompt=True),
                            mark[2], mark)
@@ -266,13 +251,14 @@ class Session:
 
     def _save(self, awaiting_reply: bool, wait: bool,
               on_done: Callable[[SaveResult], None] | None) -> SaveResult:
-        self._check_usable()
+        self.check_usable()
         if self.last_event_id is None:
             raise StreamError("nothing to save: the session has no stream events")
         info = {"awaiting_reply": awaiting_reply, "session": self.name}
         return self.snapshots.save(self.last_event_id, info, wait=wait, on_done=on_done)
 
-    def _check_usable(self) -> None:
+    def check_usable(self) -> None:
+        """Raise StreamError when an earlier failure left the session needing a reopen."""
         if self.unusable:
             raise StreamError(f"session {self.name!r} must be reopened: {self.unusable}")
 

@@ -18,31 +18,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from ..state.ring import RingMark
 from .replay import RETRACTS, taken_in, withdrawn_ids
 from .stream import StreamEvent
+from .turns import PendingTurn, TurnPoint
 
 if TYPE_CHECKING:
-    from .session import PendingTurn, Session
-    from .transcript import TranscriptMark
-
-
-@dataclass(frozen=True)
-class TurnPoint:
-    ring: RingMark
-    transcript: TranscriptMark | None  # None: not known (an undo past it must replay)
-    logits: np.ndarray | None = None  # the next-token logits at this point
-
-
-@dataclass(frozen=True)
-class LastTurn:
-    user_id: str
-    reply_id: str
-    before: TurnPoint  # before the user's prompt
-    prompted: TurnPoint  # after the prompt, before the reply
-    clock: int  # the ring's clock when the reply was in
+    from .session import Session
 
 
 @dataclass(frozen=True)
@@ -86,7 +67,7 @@ def undo(session: Session, keep_user: bool = False) -> tuple[EditReport, Pending
     Returns the report and, with keep_user, the turn to answer again (a PendingTurn whose
     prompt the ring already holds when it rolled back; one to prefill after a replay).
     """
-    session._check_usable()
+    session.check_usable()
     session.snapshots.wait()  # a writer reading the live rows must finish first
     t0 = time.perf_counter()
     user, reply = last_exchange(session)
@@ -117,6 +98,4 @@ def undo(session: Session, keep_user: bool = False) -> tuple[EditReport, Pending
 
 
 def _again(session: Session, user: StreamEvent, before: TurnPoint) -> PendingTurn:
-    from .session import PendingTurn
-
     return PendingTurn(user, [], True, before.transcript, prefilled=before)

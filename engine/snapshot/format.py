@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..align import align_up
 from ..errors import ChannelError
 from ..state.arena import MAX_TURN_BOUNDARIES, SAMPLER_WORDS
-from ..state.layout import align_up
 
 if TYPE_CHECKING:
+    from ..conversation import Conversation
     from ..model.config import ModelConfig
-    from ..state.conversation import Conversation
 
 SNAPSHOT_MAGIC = b"SNAP"
 SNAPSHOT_VERSION = 2

@@ -32,8 +32,8 @@ def inspect_snapshot(path: Path, model: Model | None = None) -> dict:
         report["identity"] = snap.identity
         report["checksum"] = "ok"
         if model is not None:
-            from ..model.config import RingPolicy
-            from ..state.conversation import Conversation
+            from ..conversation import Conversation
+            from ..state.ring_policy import RingPolicy
 
             conv = Conversation(model, RingPolicy(max_slots=h.max_slots))
             check_compatible(snap, conv)

@@ -19,6 +19,7 @@ import numpy as np
 import xxhash
 from ulid import ULID
 
+from ..conversation import Conversation
 from ..errors import UnusableFileError
 from ..fileio import describe_os_error, open_regular
 from ..state.arena import (
@@ -30,7 +31,6 @@ from ..state.arena import (
     SAMPLER_WORDS,
     TOTAL_INGESTED,
 )
-from ..state.conversation import Conversation
 from .format import (
     COUNTER_WORDS,
     Header,

@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
+from ..conversation import Conversation
 from ..errors import UnusableFileError
 from ..fileio import create_exclusive, describe_os_error
-from ..state.conversation import Conversation
 from .format import (
     SNAPSHOT_VERSION,
     Header,

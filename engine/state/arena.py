@@ -14,9 +14,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..align import ALIGN, align_up
 from ..errors import LayoutError, StaleViewError
-from ..model.config import ModelConfig, RingPolicy
-from .layout import ALIGN, ArenaLayout, align_up
+from ..model.config import ModelConfig
+from .layout import ArenaLayout
+from .ring_policy import RingPolicy
 
 Allocator = Callable[[int], np.ndarray]
 ScratchPlan = Callable[[ArenaLayout, ModelConfig, RingPolicy], None]  # adds scratch regions

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..model.config import ModelConfig, RingPolicy
+from ..model.config import ModelConfig
+from .ring_policy import RingPolicy
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..align import align_up
 from ..errors import LayoutError, LayoutSealedError
 
-ALIGN = 64
 MAX_ARENA_BYTES = 1 << 40  # 1 TiB: far above any real geometry, far below int64 overflow
 
 
@@ -43,16 +43,6 @@ def _checked_count(shape: tuple[int, ...], name: str) -> int:
         if count > MAX_ARENA_BYTES:
             raise LayoutError(f"region {name!r}: {shape} exceeds {MAX_ARENA_BYTES} elements")
     return count
-
-
-def ceil_div(n: int, d: int) -> int:
-    """n / d rounded up, for non-negative n and positive d (say, workgroups covering n items)."""
-    return -(-n // d)
-
-
-def align_up(n: int, alignment: int = ALIGN) -> int:
-    """The smallest multiple of `alignment` that is at least n."""
-    return ceil_div(n, alignment) * alignment
 
 
 class ArenaLayout:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..model.config import ModelConfig, RingPolicy
+from ..model.config import ModelConfig
 from ..model.rope import RopeTables
 from .arena import (
     CLOCK,
@@ -34,6 +34,7 @@ from .arena import (
     StateArena,
 )
 from .evict_policy import TurnSpans, choose_victims, score_scale, update_scores
+from .ring_policy import RingPolicy
 
 
 class RingFullError(ValueError):

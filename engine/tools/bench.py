@@ -22,8 +22,8 @@ from threadpoolctl import threadpool_info
 from ..allocs import measure_allocations, rss_mb
 from ..backends.base import Backend
 from ..backends.numpy.backend import NumpyBackend
+from ..conversation import Conversation
 from ..model.model import Model, load_model
-from ..state.conversation import Conversation
 from .bench_policy import bench_policy_bookkeeping
 from .bench_replay import bench_replay
 from .bench_snapshot import run_snapshot_benchmarks

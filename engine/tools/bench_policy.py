@@ -18,10 +18,10 @@ from collections.abc import Callable
 import numpy as np
 
 from ..backends.base import Backend
-from ..model.config import EVICT_POLICIES, RingPolicy
 from ..model.model import Model
 from ..state.arena import MAX_TURN_BOUNDARIES, StateArena, conversation_layout
 from ..state.evict_policy import TurnSpans, choose_victims, update_scores
+from ..state.ring_policy import EVICT_POLICIES, RingPolicy
 
 
 def _per_call_s(fn: Callable[[], None], calls: int, batches: int = 5) -> float:

@@ -15,10 +15,10 @@ from pathlib import Path
 from ulid import ULID
 
 from ..backends.base import Backend
+from ..conversation import Conversation
 from ..model.model import Model
 from ..session.session import Session
 from ..session.stream import StreamEvent
-from ..state.conversation import Conversation
 
 WORDS = ("fine", "thanks", "sure", "okay", "noted", "right", "yes", "good", "great", "later")
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..model.config import RingPolicy
 from ..model.model import Model
 from ..session.session import Session
 from ..snapshot.writer import SnapshotStatus
+from ..state.ring_policy import RingPolicy
 from ..state.sampler import SamplingSettings
 
 MB = 1e6

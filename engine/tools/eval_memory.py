@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..backends.base import Backend
-from ..model.config import DEFAULT_EVICT, EVICT_POLICIES, RingPolicy
+from ..conversation import Conversation
 from ..model.model import Model
-from ..state.conversation import Conversation
+from ..state.ring_policy import DEFAULT_EVICT, EVICT_POLICIES, RingPolicy
 from .eval_memory_facts import Dialogue, make_dialogue
 from .eval_memory_text import licence_dialogue
 

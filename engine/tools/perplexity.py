@@ -7,9 +7,9 @@ import math
 import numpy as np
 
 from ..backends.base import Backend
-from ..model.config import DEFAULT_EVICT, RingPolicy
+from ..conversation import Conversation
 from ..model.model import Model
-from ..state.conversation import Conversation
+from ..state.ring_policy import DEFAULT_EVICT, RingPolicy
 
 
 def perplexity(model: Model, text: str, ring_slots: int | None = None,

@@ -25,10 +25,10 @@ from gguf import GGMLQuantizationType as QT  # noqa: E402
 
 import engine.state.ring as ring_module  # noqa: E402
 from engine.backends.vulkan.backend import VulkanBackend  # noqa: E402
-from engine.model.config import RingPolicy  # noqa: E402
+from engine.conversation import Conversation  # noqa: E402
 from engine.model.model import load_model  # noqa: E402
-from engine.state.conversation import Conversation  # noqa: E402
 from engine.state.evict_policy import update_scores  # noqa: E402
+from engine.state.ring_policy import RingPolicy  # noqa: E402
 from engine.tools.bench import synthetic_tokens  # noqa: E402
 from tests.tiny_model import TinySpec, write_tiny_gguf  # noqa: E402
 

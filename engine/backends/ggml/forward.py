@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...state.layout import align_up
+from ...align import align_up
 from ...state.ring import KVRing, SlotSpan
 from ..base import HiddenCallback, prefill_in_chunks
 from .arena_tensors import ArenaTensors

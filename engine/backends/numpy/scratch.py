@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...model.config import ModelConfig, RingPolicy
+from ...model.config import ModelConfig
 from ...state.layout import ArenaLayout
+from ...state.ring_policy import RingPolicy
 
 
 def add_numpy_scratch(lay: ArenaLayout, cfg: ModelConfig, policy: RingPolicy) -> None:

@@ -13,11 +13,11 @@ import weakref
 
 import numpy as np
 
+from ...align import align_up
 from ...model.architecture import INTERLEAVED
 from ...model.config import ModelConfig
 from ...model.model import Model
 from ...state.arena import Allocator
-from ...state.layout import align_up
 from ...state.ring import KVRing
 from .buffers import DeviceBuffer, host_buffer
 from .context import HOST_COHERENT, HOST_VISIBLE, Context, get_context

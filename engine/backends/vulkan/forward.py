@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ...state.layout import align_up, ceil_div
+from ...align import align_up, ceil_div
 from ...state.ring import KVRing, SlotSpan
 from ..base import HiddenCallback, prefill_in_chunks
 from .buffers import DeviceBuffer, readback_buffer

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...model.config import ModelConfig, RingPolicy
+from ...align import ceil_div
+from ...model.config import ModelConfig
 from ...state.evict_policy import SCORE_MODES, score_scale
-from ...state.layout import ceil_div
+from ...state.ring_policy import RingPolicy
 from .pipelines import PUSH_WORDS, Pipelines
 from .prefill import mass_pass, record_attention, record_product
 from .profiler import DispatchTimer

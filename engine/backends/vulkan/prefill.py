@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...state.layout import ceil_div
+from ...align import ceil_div
 from .tuning import Tuning
 
 if TYPE_CHECKING:

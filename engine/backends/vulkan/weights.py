@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 from gguf import GGMLQuantizationType
 
+from ...align import align_up
 from ...model.model import Model, TensorInfo
-from ...state.layout import align_up
 from .buffers import DeviceBuffer, device_buffer, staging_buffer
 from .context import Context
 from .loader import UnsupportedTensorTypeForVulkanError

@@ -1,4 +1,4 @@
-"""What each `channel` subcommand does (engine/cli.py parses the command line)."""
+"""What each `channel` subcommand does (cli.py parses the command line)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from .cli_args import (
+from channel_cli.cli_args import (
     backend_and_model,
     cache_dir,
     data_dir,
@@ -20,13 +20,13 @@ from .cli_args import (
     remember_model,
     use_session_model,
 )
-from .paths import SessionFiles
-from .process.protocol import Limits, message_problem
+from engine.paths import SessionFiles
+from engine.process.protocol import Limits, message_problem
 
 
 def chat(args: argparse.Namespace) -> int:
-    from .session.session import Session
-    from .state.sampler import SamplingSettings
+    from engine.session.session import Session
+    from engine.state.sampler import SamplingSettings
 
     settings = SamplingSettings(args.temperature, args.top_k, args.top_p, args.seed)
     if args.max_tokens < 1:
@@ -34,7 +34,7 @@ def chat(args: argparse.Namespace) -> int:
     problem = message_problem(args.message, Limits())
     if problem:
         raise ValueError(f"the message {problem}")
-    from .paths import check_session_name
+    from engine.paths import check_session_name
 
     name = check_session_name(opt(args, "session", "default"))
     use_session_model(args, name)
@@ -98,8 +98,8 @@ def _print_piece(piece: str) -> None:
 
 
 def models(args: argparse.Namespace) -> int:
-    from .model.catalog import scan
-    from .model.catalog_table import render_table
+    from engine.model.catalog import scan
+    from engine.model.catalog_table import render_table
 
     entries = scan(model_roots())
     if args.json:
@@ -111,7 +111,7 @@ def models(args: argparse.Namespace) -> int:
 
 
 def perplexity(args: argparse.Namespace) -> int:
-    from .tools.perplexity import perplexity
+    from engine.tools.perplexity import perplexity
 
     text = args.text.read_text(encoding="utf-8")
     backend, model = backend_and_model(args)
@@ -129,8 +129,8 @@ def perplexity(args: argparse.Namespace) -> int:
 def eval_memory(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from .tools.eval_memory import QUICK, EvalParams, evaluate_memory
-    from .tools.eval_memory_table import render_memory_table
+    from engine.tools.eval_memory import QUICK, EvalParams, evaluate_memory
+    from engine.tools.eval_memory_table import render_memory_table
 
     params = QUICK if args.quick else EvalParams()
     # Checked before the evaluation's minutes, not after them.
@@ -152,7 +152,7 @@ def eval_memory(args: argparse.Namespace) -> int:
     result = evaluate_memory(model, backend, params, progress)
     print(json.dumps(result) if args.json else render_memory_table(result))
     if args.plot is not None:
-        from .tools.eval_memory_plot import plot_memory
+        from engine.tools.eval_memory_plot import plot_memory
 
         plot_memory(result, args.plot)
         print(f"plot written to {args.plot}", file=sys.stderr)
@@ -163,8 +163,8 @@ def send(args: argparse.Namespace) -> int:
     """Append a user event; a running engine with the session open answers it."""
     import time
 
-    from .paths import check_session_name
-    from .session.stream import StreamLog
+    from engine.paths import check_session_name
+    from engine.session.stream import StreamLog
 
     problem = message_problem(args.text, Limits())  # what the engine would take in a turn
     if problem:
@@ -194,7 +194,7 @@ def send(args: argparse.Namespace) -> int:
 
 
 def snapshot_inspect(args: argparse.Namespace) -> int:
-    from .snapshot.inspect import inspect_snapshot, render_inspection
+    from engine.snapshot.inspect import inspect_snapshot, render_inspection
 
     model = load_model_with_progress(args) if opt(args, "model") else None
     report = inspect_snapshot(args.path, model)
@@ -205,7 +205,7 @@ def snapshot_inspect(args: argparse.Namespace) -> int:
 def fork(args: argparse.Namespace) -> int:
     """Works beside a running engine: a fork copies the last snapshot and the whole stream,
     and the new session replays whatever the snapshot does not hold yet."""
-    from .session.fork import fork_session
+    from engine.session.fork import fork_session
 
     report = fork_session(data_dir(args), args.source, args.new)
     state = (f"snapshot {report.snapshot_bytes:,} bytes" if report.snapshot_bytes
@@ -215,7 +215,7 @@ def fork(args: argparse.Namespace) -> int:
 
 
 def doctor(args: argparse.Namespace) -> int:
-    from .tools.doctor import diagnose, render
+    from engine.tools.doctor import diagnose, render
 
     report = diagnose(opt(args, "model"), data_dir(args), cache_dir(args))
     print(json.dumps(report) if args.json else render(report))
@@ -223,7 +223,7 @@ def doctor(args: argparse.Namespace) -> int:
 
 
 def bench(args: argparse.Namespace) -> int:
-    from .tools.bench import run_benchmarks
+    from engine.tools.bench import run_benchmarks
 
     result = run_benchmarks(opt(args, "model"), cache_dir(args), quick=args.quick,
                             scratch_dir=data_dir(args), backend=pick_backend(args).backend)

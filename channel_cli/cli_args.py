@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from .paths import default_cache_dir, default_data_dir
+from engine.paths import default_cache_dir, default_data_dir
 
 
 def opt(args: argparse.Namespace, name: str, default=None):
@@ -17,7 +17,7 @@ def opt(args: argparse.Namespace, name: str, default=None):
 
 def model_roots():
     """Where `channel models` and --model NAME look: this user's home and environment."""
-    from .model.catalog_sources import default_roots
+    from engine.model.catalog_sources import default_roots
 
     return default_roots(os.environ, Path.home())
 
@@ -27,7 +27,7 @@ def resolve_model_option(args: argparse.Namespace) -> None:
     text = opt(args, "model")
     if text is None or isinstance(text, Path):
         return
-    from .model.catalog import resolve_model
+    from engine.model.catalog import resolve_model
 
     args.model = resolve_model(str(text), model_roots())
 
@@ -35,7 +35,7 @@ def resolve_model_option(args: argparse.Namespace) -> None:
 def use_session_model(args: argparse.Namespace, name: str) -> None:
     """A session runs on the model it was made with (docs/models.md): set args.model to the
     recorded one, saying so when --model asked for another."""
-    from .session.model_record import same_file, session_model
+    from engine.session.model_record import same_file, session_model
 
     record = session_model(data_dir(args), name)
     if record is None:
@@ -48,7 +48,7 @@ def use_session_model(args: argparse.Namespace, name: str) -> None:
 
 
 def remember_model(args: argparse.Namespace, name: str, model) -> None:
-    from .session.model_record import read_record, write_record
+    from engine.session.model_record import read_record, write_record
 
     if read_record(data_dir(args), name) is None:
         write_record(data_dir(args), name, model.path, model.fingerprint, model.name)
@@ -66,7 +66,7 @@ def cache_dir(args: argparse.Namespace) -> Path:
 
 def pick_backend(args: argparse.Namespace):
     """The backend for --backend; a fallback from `auto` is said once, on stderr."""
-    from .backends.select import backend_for_model
+    from engine.backends.select import backend_for_model
 
     choice = backend_for_model(opt(args, "backend", "auto"), opt(args, "model"),
                                cache_dir(args))
@@ -78,8 +78,8 @@ def pick_backend(args: argparse.Namespace):
 def backend_and_model(args: argparse.Namespace):
     """The backend for --backend and the model loaded for it. `auto` moves to the CPU when
     the model's architecture is one the GPU backend does not implement."""
-    from .backends.select import fit_to_model
-    from .model.model import checked_model_path
+    from engine.backends.select import fit_to_model
+    from engine.model.model import checked_model_path
 
     checked_model_path(opt(args, "model"))  # a bad file: its one-line error, nothing else
     choice = pick_backend(args)
@@ -94,8 +94,8 @@ def backend_and_model(args: argparse.Namespace):
 
 
 def load_model_with_progress(args: argparse.Namespace, backend=None):
-    from .model.model import load_model
-    from .progress import ProgressBar
+    from engine.model.model import load_model
+    from engine.progress import ProgressBar
 
     bar = ProgressBar("building weight image (first run only)")
     f32 = backend is None or backend.needs_f32_weights

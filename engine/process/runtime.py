@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model.config import DEFAULT_EVICT
+from ..session.replay import is_marker, retracted_ids
+from ..session.session import BootReport, Session
 from ..snapshot.writer import SaveResult
+from ..state.ring_policy import DEFAULT_EVICT
 from ..state.turn_memory import turn_memory
-from .replay import is_marker, retracted_ids
-from .session import BootReport, Session
 
 HEAT_LEVELS = 10  # salience is drawn in ten steps: '0'..'9'
 

@@ -1,10 +1,11 @@
 """The models an engine process has loaded, and which one each of its sessions runs on.
 
 One engine serves sessions made on different models: a session opens on its recorded model
-(model_record.py), on the model an `open` request names, or on the engine's default (its
---model). Models are loaded once, keyed by their file's real path, and shared by every session
-on them (weights, tokenizer, template; each session has its own ring). A model no open session
-uses is let go when another is loaded, so the process holds the default plus what is in use.
+(engine/session/model_record.py), on the model an `open` request names, or on the engine's
+default (its --model). Models are loaded once, keyed by their file's real path, and shared by
+every session on them (weights, tokenizer, template; each session has its own ring). A model
+no open session uses is let go when another is loaded, so the process holds the default plus
+what is in use.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ..errors import ChannelError
 from ..model.catalog import scan
 from ..model.catalog_sources import Roots
 from ..model.model import Model
-from .model_record import (
+from ..session.model_record import (
     SessionModelError,
     read_record,
     same_file,

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..backends.base import Backend, HiddenCallback
-from ..backends.numpy.backend import NumpyBackend
-from ..model.config import RingPolicy
-from ..model.model import Model
-from .arena import StateArena, conversation_layout
-from .ring import KVRing
-from .sampler import Sampler, SamplingSettings
+from .backends.base import Backend, HiddenCallback
+from .backends.numpy.backend import NumpyBackend
+from .model.model import Model
+from .state.arena import StateArena, conversation_layout
+from .state.ring import KVRing
+from .state.ring_policy import RingPolicy
+from .state.sampler import Sampler, SamplingSettings
 
 TokenCallback = Callable[[int], None]
 StopCheck = Callable[[], bool]

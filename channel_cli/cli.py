@@ -1,6 +1,6 @@
 """`channel`: the command line. Every expected failure is one line on stderr, exit status 2.
 
-The subcommands' work is in engine/commands.py; the options they share in engine/cli_args.py.
+The subcommands' work is in commands.py; the options they share in cli_args.py.
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from . import commands
-from .cli_args import resolve_model_option
-from .errors import ChannelError
-from .model.config import DEFAULT_EVICT, EVICT_POLICIES
-from .process.protocol import BACKEND_CHOICES
+from channel_cli import commands
+from channel_cli.cli_args import resolve_model_option
+from engine.backends import BACKEND_CHOICES
+from engine.errors import ChannelError
+from engine.state.ring_policy import DEFAULT_EVICT, EVICT_POLICIES
 
 
 def main(argv: Sequence[str] | None = None) -> int:
