@@ -98,13 +98,16 @@ def _print_piece(piece: str) -> None:
 
 
 def models(args: argparse.Namespace) -> int:
+    from engine.backends import problems_running
     from engine.model.catalog import scan
     from engine.model.catalog_table import render_table
 
     entries = scan(model_roots())
     if args.json:
         for entry in entries:
-            print(json.dumps(entry.to_json(), ensure_ascii=False))
+            backends = problems_running(entry.features, entry.architecture or "?") \
+                if entry.supported else {}
+            print(json.dumps({**entry.to_json(), "backends": backends}, ensure_ascii=False))
     else:
         print(render_table(entries))
     return 0

@@ -189,7 +189,7 @@ def snapshot_io(conv, scratch: Path, repeat: int) -> dict:
                 f.readinto(memoryview(meta[:n]).cast("B"))
         restores.append(time.perf_counter() - t0)
         path.unlink()
-    return {"snapshot_path": getattr(conv.forward, "snapshot_path", "mapped"),
+    return {"snapshot_path": conv.forward.snapshot_path,
             "snapshot_slots": n, "snapshot_bytes": nbytes,
             "snapshot_save_ms": round(statistics.median(saves) * 1e3, 2),
             "snapshot_restore_ms": round(statistics.median(restores) * 1e3, 2)}

@@ -21,6 +21,7 @@ import pytest
 from engine.conversation import Conversation
 from engine.model.model import load_model
 from engine.state.ring_policy import RingPolicy
+from engine.tools.doctor import diagnose
 
 from .parity import prefill_row_logits
 
@@ -166,8 +167,13 @@ def test_vulkan_runs_the_llama_family_and_refuses_the_rest(arch_model, reference
     name, model = arch_model
     ids = [int(t) for t in reference[f"{name}/ids"]]
     if model.config.architecture != "llama":
-        with pytest.raises(UnsupportedModelForVulkanError, match="does not implement"):
+        with pytest.raises(UnsupportedModelForVulkanError, match="does not implement") as exc:
             Conversation(model, POLICY, backend=vk_backend)
+        # The same words `channel doctor` says for this file: one support function.
+        doctor = diagnose(model.path, model.path.parent, model.path.parent)
+        assert str(exc.value) == f"{doctor['model']['backends']['vulkan']}; use --backend ggml"
+        assert doctor["model"]["backends"]["numpy"] is None
+        assert doctor["model"]["backends"]["ggml"] is None
         return
     got = decode_logits(model, ids, vk_backend)
     check_close(got, reference, name, ATOL_NUMPY)

@@ -1,14 +1,16 @@
-"""Compute backends: where a conversation's arena lives and what runs its forward pass.
+"""The one seam between the engine and its compute backends: `Backend` and `ForwardPass`.
 
-A backend supplies the arena's single payload allocation (ordinary memory for numpy, mapped
-host-visible device memory for Vulkan) and a forward pass with numpy `Forward`'s contract:
-`prefill(tokens, anchors=, on_hidden=, should_stop=)` and `decode_one_token(token)`, both
-reserving and committing ring slots, writing post-RoPE keys and values into the arena's
-`k_cache`/`v_cache`, accumulating attention mass into `mass`, and leaving next-token logits in
-`logits`. Everything else (ring policy, sampler, snapshots) is shared and backend-agnostic.
+A backend supplies the arena's single payload allocation (ordinary memory for numpy and ggml,
+mapped host-visible device memory for Vulkan), declares the architecture features its forward
+pass implements (`features`, names from engine/model/architecture.py's FEATURES), and makes
+a forward pass per conversation. A forward pass's `prefill(tokens, anchors=, on_hidden=,
+should_stop=)` and `decode_one_token(token)` both reserve and commit ring slots, write
+post-RoPE keys and values into the arena's `k_cache`/`v_cache`, accumulate attention mass
+into `mass`, and leave next-token logits in `logits`. Everything else (ring policy, sampler,
+snapshots) is shared and backend-agnostic.
 
-Implementations: `numpy/` (NumpyBackend) and `vulkan/` (VulkanBackend); select.py picks
-one for a process.
+Implementations: `ggml/` (GgmlBackend, the CPU default), `numpy/` (NumpyBackend, the f32
+reference) and `vulkan/` (VulkanBackend); select.py picks one for a process.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import Protocol
 
 import numpy as np
 
+from ..model.architecture import backend_problem
+from ..model.config import ModelConfig
 from ..model.model import Model
 from ..state.arena import Allocator, ScratchPlan
 from ..state.ring import KVRing, SlotSpan
@@ -49,12 +53,34 @@ def prefill_in_chunks(ring: KVRing, tokens: Sequence[int], chunk_limit: int,
     return True
 
 
-class ForwardPass(Protocol):
-    def prefill(self, tokens: list[int], *, anchors: bool = False,
-                on_hidden: HiddenCallback | None = None,
-                should_stop=None) -> np.ndarray | None: ...
+class ForwardPass:
+    """What every backend's forward pass does; the members with bodies are defaults that a
+    backend overrides where it can do better."""
 
-    def decode_one_token(self, token: int) -> np.ndarray: ...
+    # Where a snapshot reads the K/V planes: "mapped" (straight from the arena's views) or
+    # "staging" (device memory the CPU reads slowly: read_regions copies them out first).
+    snapshot_path: str = "mapped"
+    # Whether project_logits works: per-row logits of hidden states (perplexity, eval memory).
+    projects_hidden: bool = False
+    ring: KVRing  # the conversation's ring, whose arena this pass reads and writes
+
+    def prefill(self, tokens: Sequence[int], *, anchors: bool = False,
+                on_hidden: HiddenCallback | None = None,
+                should_stop: Callable[[], bool] | None = None) -> np.ndarray | None:
+        raise NotImplementedError
+
+    def decode_one_token(self, token: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def project_logits(self, hidden: np.ndarray, out: np.ndarray) -> None:
+        """out (R, vocab) = logits of final-normed hidden rows (R, d_model)."""
+        raise NotImplementedError(f"{type(self).__name__} does not project hidden rows")
+
+    def read_regions(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+        """Host arrays holding the named arena regions as they are now (for a snapshot): the
+        arena's own views, unless snapshot_path is "staging"."""
+        views = self.ring.arena.views()
+        return {name: getattr(views, name) for name in names}
 
 
 class Backend(Protocol):
@@ -62,6 +88,7 @@ class Backend(Protocol):
     needs_f32_weights: bool
     key_dtype: np.dtype  # what the arena keeps keys in (values are always f32)
     scratch: ScratchPlan | None  # adds the forward pass's own arena regions, if it has any
+    features: frozenset[str]  # the architecture FEATURES its forward pass implements
 
     def arena_allocator(self) -> Allocator | None: ...
 
@@ -69,3 +96,7 @@ class Backend(Protocol):
 
     def describe(self) -> dict: ...
 
+
+def model_problem(backend: Backend, cfg: ModelConfig) -> str | None:
+    """Why `backend` cannot run a model of this config, or None."""
+    return backend_problem(cfg.features, cfg.architecture, backend.name, backend.features)

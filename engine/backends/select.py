@@ -17,7 +17,7 @@ from pathlib import Path
 from ..model.config import ModelConfig
 from ..state.ring_policy import DEFAULT_EVICT, RingPolicy
 from . import BACKEND_CHOICES
-from .base import Backend
+from .base import Backend, model_problem
 from .ggml.lib import available as ggml_problem
 from .numpy.backend import NumpyBackend
 from .vulkan.context import probe
@@ -57,13 +57,11 @@ def choose_backend(requested: str, cache_dir: Path | None = None,
 
 def fit_to_model(choice: Choice, requested: str, cfg: ModelConfig,
                  cache_dir: Path | None = None) -> Choice:
-    """`auto` never keeps a backend that cannot run the loaded model: the Vulkan shaders
-    implement the llama family only, so another architecture runs on the CPU, silently."""
-    if requested != "auto" or choice.backend.name != "vulkan":
+    """`auto` never keeps a backend that cannot run the loaded model (the Vulkan shaders
+    implement the llama family only): another architecture runs on the CPU, silently."""
+    if requested != "auto" or model_problem(choice.backend, cfg) is None:
         return choice
-    from .vulkan.backend import model_problem  # noqa: PLC0415 - needs the vulkan package
-
-    return choice if model_problem(cfg) is None else _cpu_choice(cache_dir)
+    return _cpu_choice(cache_dir)
 
 
 @dataclass

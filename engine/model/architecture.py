@@ -7,8 +7,13 @@ the config, the weight loaders, every backend's forward pass and the snapshot id
 this table rather than testing architecture names. A GGUF that needs anything the table does
 not describe is refused with one line naming what is missing (`support_problem`).
 
+Each backend declares the features (FEATURES below) its forward pass implements;
+`backend_problem` says why a backend cannot run a model, for the backend choice, `channel
+doctor` and `channel models` alike.
+
 Adding an architecture: one `Architecture` entry, plus a forward-pass feature in each backend
-if it needs one the table cannot yet express (docs/models.md).
+if it needs one the table cannot yet express (docs/models.md): name it in FEATURES, say when
+a model needs it in `needed_features`, and add it to the backends that implement it.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ class Architecture:
     fused_gate_up: bool = False  # ffn_up.weight holds gate rows, then up rows (phi3)
     # Per-frequency RoPE divisors in a `rope_freqs.weight` tensor (Llama 3.1+ "llama3" scaling).
     rope_freq_factors: bool = False
+    # The GGUF's `attention.sliding_window` is a converter's artefact, not how the model runs:
+    # phi3's converters record one that llama.cpp ignores (llama.cpp PR 13676); so do we.
+    ignores_sliding_window: bool = False
 
     def layer_tensors(self, i: int) -> list[str]:
         """The GGUF tensors layer i must have, and the only ones it may have."""
@@ -65,7 +73,8 @@ ARCHITECTURES: dict[str, Architecture] = {
         Architecture("llama", INTERLEAVED, rope_freq_factors=True),
         Architecture("qwen2", SPLIT_HALF, qkv_bias=True),  # Qwen2, Qwen2.5
         Architecture("qwen3", SPLIT_HALF, qk_norm=True),  # Qwen3 dense
-        Architecture("phi3", SPLIT_HALF, fused_qkv=True, fused_gate_up=True),  # Phi-3, Phi-4
+        Architecture("phi3", SPLIT_HALF, fused_qkv=True, fused_gate_up=True,  # Phi-3, Phi-4
+                     ignores_sliding_window=True),
     )
 }
 
@@ -88,6 +97,55 @@ ROPE_SCALING_TYPES = ("none", "linear")
 SLIDING_WINDOW_IGNORED_FROM = 4096
 
 Metadata = Callable[[str], Any]  # key -> value or None
+
+# What a forward pass may or may not implement, each with the words a refusal uses. The
+# llama layout needs none of them (interleaved RoPE, separate q/k/v and gate/up matrices,
+# q_dim == d_model), and RoPE scaling needs none: every backend takes its tables from
+# model/rope.py.
+FEATURES: dict[str, str] = {
+    "split_half_rope": "split-half RoPE",
+    "qkv_bias": "QKV bias",
+    "qk_norm": "QK-norm",
+    "fused_qkv": "fused QKV",
+    "fused_gate_up": "fused gate/up",
+    "wide_heads": "heads wider than d_model / n_heads",
+}
+ALL_FEATURES = frozenset(FEATURES)
+
+
+def needed_features(arch: Architecture, q_dim: int, d_model: int) -> frozenset[str]:
+    """The FEATURES a model of `arch` with this geometry needs of a forward pass."""
+    needs = {
+        "split_half_rope": arch.rope_style == SPLIT_HALF,
+        "qkv_bias": arch.qkv_bias,
+        "qk_norm": arch.qk_norm,
+        "fused_qkv": arch.fused_qkv,
+        "fused_gate_up": arch.fused_gate_up,
+        "wide_heads": q_dim != d_model,
+    }
+    return frozenset(name for name, needed in needs.items() if needed)
+
+
+def backend_problem(needed: Collection[str], architecture: str, backend: str,
+                    implemented: Collection[str]) -> str | None:
+    """Why `backend`, implementing `implemented`, cannot run a model of `architecture` that
+    needs `needed` (needed_features), or None."""
+    missing = [FEATURES[name] for name in FEATURES if name in needed and name not in implemented]
+    if not missing:
+        return None
+    return (f"the {BACKEND_TITLES.get(backend, backend)} backend does not implement "
+            f"{', '.join(missing)} ({architecture} needs {'it' if len(missing) == 1 else 'them'})")
+
+
+BACKEND_TITLES = {"numpy": "numpy", "ggml": "ggml", "vulkan": "Vulkan"}
+
+
+def metadata_features(get: Metadata) -> frozenset[str]:
+    """needed_features of a GGUF from its header's metadata (a supported architecture)."""
+    name = get("general.architecture")
+    heads, d_model = get(f"{name}.attention.head_count"), get(f"{name}.embedding_length")
+    head_dim = get(f"{name}.attention.key_length") or (d_model // heads if heads else 0)
+    return needed_features(ARCHITECTURES[name], (heads or 0) * head_dim, d_model or 0)
 
 
 def supported_names() -> str:
@@ -122,9 +180,8 @@ def support_problem(get: Metadata, tensor_names: Collection[str]) -> str | None:
         return (f"{name}: RoPE attention factor {numbers['rope.scaling.attn_factor']} "
                 f"is not implemented")
     window = numbers["attention.sliding_window"]
-    if 0 < window < SLIDING_WINDOW_IGNORED_FROM and name != "phi3":
-        # phi3's converters record a window that llama.cpp ignores (llama.cpp PR 13676); so do
-        # we. Rebase keeps every position in the ring within the ring's length of the newest.
+    if 0 < window < SLIDING_WINDOW_IGNORED_FROM and not arch.ignores_sliding_window:
+        # Rebase keeps every position in the ring within the ring's length of the newest.
         return f"{name}: sliding-window attention ({window} tokens) is not implemented"
     names = set(tensor_names)
     if any(n.startswith("rope_factors_") or ".rope_factors_" in n for n in names):

@@ -20,7 +20,7 @@ from pathlib import Path
 from gguf import GGMLQuantizationType
 
 from ..errors import ModelError
-from .architecture import support_problem
+from .architecture import metadata_features, support_problem
 from .catalog_sources import Found, Roots, find_ggufs
 from .display_name import display_name, quant_label
 from .gguf_file import SUPPORTED_TENSOR_TYPES
@@ -47,6 +47,8 @@ class CatalogEntry:
     context_length: int | None = None
     problem: str | None = None  # why Channel cannot run it; None when it can
     aliases: list[str] = field(default_factory=list)  # Ollama names of this file
+    # What a backend must implement to run it (architecture.FEATURES); empty if unsupported.
+    features: list[str] = field(default_factory=list)
 
     @property
     def supported(self) -> bool:
@@ -106,7 +108,8 @@ def describe(found: Found) -> CatalogEntry:
         architecture=arch, parameters=sum(t.n_elements for t in header.tensors),
         quantization=quant, file_size=size,
         context_length=int(context) if isinstance(context, int) else None,
-        problem=problem_of(header), aliases=aliases,
+        problem=(problem := problem_of(header)), aliases=aliases,
+        features=[] if problem else sorted(metadata_features(header.get)),
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .architecture import ARCHITECTURES, Architecture
+from .architecture import ARCHITECTURES, Architecture, needed_features
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,11 @@ class ModelConfig:
     @property
     def arch(self) -> Architecture:
         return ARCHITECTURES[self.architecture]
+
+    @property
+    def features(self) -> frozenset[str]:
+        """What a backend's forward pass must implement to run this model."""
+        return needed_features(self.arch, self.q_dim, self.d_model)
 
     @classmethod
     def from_dict(cls, record: dict) -> ModelConfig:

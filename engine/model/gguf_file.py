@@ -18,7 +18,7 @@ from ..errors import (
     UnsupportedArchitectureError,
     UnsupportedTensorTypeError,
 )
-from .architecture import support_problem
+from .architecture import ARCHITECTURES, support_problem
 from .config import ModelConfig
 
 GGUF_MAGIC = b"GGUF"
@@ -154,8 +154,9 @@ def _config_from_metadata(get, tensors: dict[str, ReaderTensor], path: Path) -> 
         rope_freq_scale=1.0 / factor if linear else 1.0,
         rope_freq_factors=factors,
         # Rebase keeps the ring's positions within its length, so a ring no longer than the
-        # window is exact. phi3's recorded window is ignored, as llama.cpp does.
-        sliding_window=0 if arch == "phi3" else int(opt("attention.sliding_window", 0)),
+        # window is exact. A window the architecture ignores (phi3's) is not recorded.
+        sliding_window=0 if ARCHITECTURES[arch].ignores_sliding_window
+        else int(opt("attention.sliding_window", 0)),
     )
     if n_heads <= 0 or config.n_kv_heads <= 0 or config.n_heads % config.n_kv_heads:
         raise UnsupportedArchitectureError(

@@ -58,8 +58,7 @@ class SessionRuntime:
                          "saved_clock": snap.last_clock, "busy": snap.busy,
                          # 'mapped': written straight from the arena views; 'staging':
                          # copied out of slow device memory first (a GPU's BAR window)
-                         "io_path": getattr(self.session.conversation.forward,
-                                            "snapshot_path", "mapped")},
+                         "io_path": self.session.conversation.forward.snapshot_path},
         }
 
 

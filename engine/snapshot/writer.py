@@ -94,13 +94,11 @@ def take_cut(conv: Conversation, stream_id: str, session: dict | None = None) ->
     )
     sections = Sections.plan(n, header.num_layers, header.kv_dim, len(identity_bytes(identity)),
                              v.k_cache.dtype, v.v_cache.dtype)
-    k_cache, v_cache = v.k_cache, v.v_cache
-    if getattr(conv.forward, "snapshot_path", "mapped") == "staging":
-        # Device memory the CPU reads slowly: the backend copies the planes on the device into
-        # host-cached buffers first. They are reused by the next call, which cannot come
-        # before this write ends (a second save is BUSY until then).
-        staged = conv.forward.read_regions(["k_cache", "v_cache"])
-        k_cache, v_cache = staged["k_cache"], staged["v_cache"]
+    # The arena's own views, or (snapshot_path "staging": device memory the CPU reads slowly)
+    # host-cached copies the backend made on the device. Those are reused by the next call,
+    # which cannot come before this write ends (a second save is BUSY until then).
+    planes = conv.forward.read_regions(["k_cache", "v_cache"])
+    k_cache, v_cache = planes["k_cache"], planes["v_cache"]
     return Cut(header, identity, sections, v.slot_clock[:n].copy(), v.slot_pos[:n].copy(),
                v.slot_active[:n].copy(), v.slot_salience[:n].copy(), v.turn_starts.copy(),
                v.sampler_state.copy(), v.ring_counters.copy(), k_cache, v_cache)

@@ -21,6 +21,7 @@ def _dir(path: Path) -> dict:
 
 def _model(model: Path | None) -> dict:
     """The model's catalog entry (header only: milliseconds), with whether it can run."""
+    from ..backends import problems_running
     from ..errors import ChannelError
     from ..model.catalog import describe
     from ..model.catalog_sources import Found
@@ -35,7 +36,9 @@ def _model(model: Path | None) -> dict:
     entry = describe(Found("given", path))
     return {"path": str(path), "bytes": entry.file_size, "name": entry.name,
             "architecture": entry.architecture, "parameters": entry.parameters,
-            "supported": entry.supported, "problem": entry.problem}
+            "supported": entry.supported, "problem": entry.problem,
+            "backends": ({} if entry.problem else
+                         problems_running(entry.features, entry.architecture or "?"))}
 
 
 def _backends() -> dict:
@@ -88,6 +91,7 @@ def render(report: dict) -> str:
         lines.append(f"Model: {model.get('path', '?')}: {model['problem']}")
     else:
         lines.append(f"Model: {model['name']} ({_size(model['bytes'])}) at {model['path']}")
+        lines += [f"  not on {name}: {why}" for name, why in model["backends"].items() if why]
     for key, label in (("data_dir", "Data"), ("cache_dir", "Cache")):
         d = report[key]
         state = "" if d["exists"] else " (not created yet)"

@@ -119,8 +119,8 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
 def score_conversation(conv: Conversation, segments: list[Segment], tally: Tally) -> None:
     """Read `segments` through `conv`, adding every next-token NLL and each answer's
     recall to `tally`."""
-    project = getattr(conv.forward, "project_logits", None)
-    if project is None:
+    project = conv.forward.project_logits
+    if not conv.forward.projects_hidden:
         raise ValueError(f"eval memory is not available on the {conv.backend.name} backend")
     seq = np.asarray([t for s in segments for t in s.tokens], np.int64)
     vocab = conv.model.config.vocab_size

@@ -25,8 +25,8 @@ def read_and_score(conv: Conversation, ids: list[int]) -> dict:
     if len(ids) < 2:
         raise ValueError("perplexity needs a text of at least two tokens")
     model, policy = conv.model, conv.policy
-    project = getattr(conv.forward, "project_logits", None)
-    if project is None:
+    project = conv.forward.project_logits
+    if not conv.forward.projects_hidden:
         raise ValueError(f"perplexity is not available on the {conv.backend.name} backend")
     logits = np.empty((policy.prefill_chunk, model.config.vocab_size), np.float32)
     targets = np.asarray(ids[1:] + [ids[-1]], np.int64)  # the last row predicts nothing

@@ -16,6 +16,7 @@ import numpy as np
 from ...model.model import Model
 from ...state.arena import Allocator
 from ...state.ring import KVRing
+from . import FEATURES
 from .forward import GgmlForward
 from .graph import StepGraph
 from .lib import ggml
@@ -36,6 +37,7 @@ class GgmlBackend:
     # has no f16 kernel.
     key_dtype = np.dtype(np.float16)
     scratch = None  # no arena scratch: its intermediates live in its own buffers
+    features = FEATURES
 
     def __init__(self, threads: int | None = None):
         g = ggml()  # raises GgmlUnavailableError with the reason

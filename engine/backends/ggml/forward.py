@@ -15,7 +15,7 @@ import numpy as np
 
 from ...align import align_up
 from ...state.ring import KVRing, SlotSpan
-from ..base import HiddenCallback, prefill_in_chunks
+from ..base import ForwardPass, HiddenCallback, prefill_in_chunks
 from .arena_tensors import ArenaTensors
 from .graph import StepGraph
 from .lib import free_with, ggml, host_buffer
@@ -35,7 +35,9 @@ DEQUANTIZE_FROM = 32
 ATTEND_ALIGN = 32
 
 
-class GgmlForward:
+class GgmlForward(ForwardPass):
+    projects_hidden = True
+
     def __init__(self, backend: GgmlBackend, weights: GgmlWeights, ring: KVRing):
         g = ggml()
         self._backend = backend

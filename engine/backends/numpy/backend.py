@@ -12,6 +12,7 @@ from ...model.model import Model
 from ...state.arena import Allocator
 from ...state.ring import KVRing
 from ..base import ForwardPass
+from . import FEATURES
 from .forward import Forward
 from .scratch import add_numpy_scratch
 
@@ -21,6 +22,7 @@ class NumpyBackend:
     needs_f32_weights = True
     key_dtype = np.dtype(np.float32)
     scratch = staticmethod(add_numpy_scratch)  # Forward's intermediates live in the arena
+    features = FEATURES
 
     def arena_allocator(self) -> Allocator | None:
         return None

@@ -1,5 +1,10 @@
 """The numpy forward pass: batched prefill and single-token decode over the K/V ring.
 
+This is the reference every architecture is checked against, so the model reads top to bottom
+in one place: `_layer` is the transformer block, and both phases run it, on the rows of a
+prefill chunk (C, d_model) or on the one row of a decode step (d_model,). They differ only in
+how attention is computed over the ring (`_prefill_attention`, `_decode_attention`).
+
 Both passes write only into arena scratch views (`out=` everywhere), so after a conversation
 is ready a decode step allocates no numpy buffers. Scalars are Python floats: an np.float64
 scalar would silently promote the f32 pipeline to f64 and make decode ~15x slower.
@@ -9,13 +14,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
 from ...model.weights import Weights
 from ...state.arena import ArenaViews
 from ...state.ring import KVRing, SlotSpan
-from ..base import HiddenCallback, prefill_in_chunks
+from ..base import ForwardPass, HiddenCallback, prefill_in_chunks
 
 
 def rmsnorm(x: np.ndarray, weight: np.ndarray, out: np.ndarray, eps: float) -> None:
@@ -79,8 +86,34 @@ def softmax_few_rows(s: np.ndarray, row_max: np.ndarray, row_sum: np.ndarray) ->
         np.multiply(row, scale, out=row)
 
 
-class Forward:
+@dataclass(frozen=True)
+class Rows:
+    """One phase's scratch views: R rows (a prefill chunk) or one row (decode, no row axis).
+    Each field's shape is given for the prefill case; decode's drops the leading R."""
+
+    x: np.ndarray  # (R, d) residual stream, updated in place layer by layer
+    xn: np.ndarray  # (R, d) normed residual
+    norm_tmp: np.ndarray | None  # (R,) per-row inverse RMS; None for one row
+    qkv: np.ndarray  # (R, qkv_dim) q | k | v
+    qk: np.ndarray  # (R, H + KVH, hd) view of qkv's q and k heads, which RoPE rotates
+    qk_norm: np.ndarray | None  # (R, H + KVH) QK-norm scratch, if the model has it
+    cos: np.ndarray  # broadcastable to (R, H + KVH, hd/2)
+    sin: np.ndarray
+    rope_a: np.ndarray  # (R, H + KVH, hd/2)
+    rope_b: np.ndarray
+    attn: np.ndarray  # (R, q_dim) attention output, written by the phase's attention
+    proj: np.ndarray  # (R, d)
+    gate_up: np.ndarray  # (R, 2F) gate | up
+    ffn: np.ndarray  # (R, F)
+
+
+Attention = Callable[[int], None]  # attention of the phase's rows in layer i into Rows.attn
+
+
+class Forward(ForwardPass):
     """Runs prefill and decode for one conversation against the shared weights."""
+
+    projects_hidden = True
 
     def __init__(self, weights: Weights, ring: KVRing):
         self.w = weights
@@ -88,6 +121,53 @@ class Forward:
         self.cfg = ring.cfg
         self.rope = ring.rope
         self.q_scale = 1.0 / math.sqrt(self.cfg.head_dim)
+
+    # -- the model ---------------------------------------------------------------------------
+    def _layer(self, i: int, r: Rows, n: int, attend: Attention) -> None:
+        """Transformer block i on the rows r.x, in place; their keys and values go to ring
+        slots n.. (pre-norm attention and SwiGLU feed-forward, a residual add after each)."""
+        cfg, lw, v = self.cfg, self.w.layers[i], self.ring.arena.views()
+        qd, kvd, F = cfg.q_dim, cfg.kv_dim, cfg.ffn_dim
+        self._norm(r.x, lw.attn_norm, r.xn, r.norm_tmp)
+        np.matmul(r.xn, lw.wqkv.T, out=r.qkv)
+        self._shape_qk(lw, r.qkv, r.qk_norm)
+        self.rope.rotate(r.qk, r.cos, r.sin, r.rope_a, r.rope_b)
+        rows = 1 if r.qkv.ndim == 1 else r.qkv.shape[0]
+        v.k_cache[i, n : n + rows] = r.qkv[..., qd : qd + kvd]
+        v.v_cache[i, n : n + rows] = r.qkv[..., qd + kvd :]
+        attend(i)
+        np.matmul(r.attn, lw.wo.T, out=r.proj)
+        np.add(r.x, r.proj, out=r.x)
+        self._norm(r.x, lw.ffn_norm, r.xn, r.norm_tmp)
+        np.matmul(r.xn, lw.w_gate_up.T, out=r.gate_up)
+        silu_mul(r.gate_up[..., :F], r.gate_up[..., F:], r.ffn)
+        np.matmul(r.ffn, lw.w_down.T, out=r.proj)
+        np.add(r.x, r.proj, out=r.x)
+
+    def _norm(self, x: np.ndarray, weight: np.ndarray, out: np.ndarray,
+              tmp: np.ndarray | None) -> None:
+        if tmp is None:
+            rmsnorm(x, weight, out, self.cfg.rms_eps)
+        else:
+            rmsnorm_rows(x, weight, out, tmp, self.cfg.rms_eps)
+
+    def _shape_qk(self, lw, qkv: np.ndarray, norm_tmp: np.ndarray | None) -> None:
+        """The architecture's steps between the QKV projection and RoPE, in place on qkv
+        (..., qkv_dim): the projections' bias, then QK-norm (norm_tmp: (..., H + KVH))."""
+        cfg = self.cfg
+        if lw.bqkv is not None:
+            np.add(qkv, lw.bqkv, out=qkv)
+        if norm_tmp is not None:
+            H, KVH, hd, qd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.q_dim
+            lead = qkv.shape[:-1]
+            q = qkv[..., :qd].reshape(*lead, H, hd)
+            k = qkv[..., qd : qd + cfg.kv_dim].reshape(*lead, KVH, hd)
+            rmsnorm_heads(q, lw.q_norm, norm_tmp[..., :H], cfg.rms_eps)
+            rmsnorm_heads(k, lw.k_norm, norm_tmp[..., H:], cfg.rms_eps)
+
+    def project_logits(self, hidden: np.ndarray, out: np.ndarray) -> None:
+        """out (R, vocab) = logits of final-normed hidden rows (R, d_model) (perplexity)."""
+        np.matmul(hidden, self.w.output.T, out=out)
 
     # -- prefill ----------------------------------------------------------------------------
     def prefill(self, tokens: Sequence[int], *, anchors: bool = False,
@@ -108,56 +188,30 @@ class Forward:
         v.check()
         cfg, w = self.cfg, self.w
         C, n = len(chunk), span.start
-        N = n + C
-        qd, kvd = cfg.q_dim, cfg.kv_dim
         toks = v.p_tokens[:C]
         toks[:] = chunk
-        x, xn, tmp = v.p_x[:C], v.p_xn[:C], v.p_norm[:C]
-        np.take(w.token_embd, toks, axis=0, out=x)
-        v.mass[:N] = 0.0
-        cos = self.rope.cos[span.pos : span.pos + C, None, :]
-        sin = self.rope.sin[span.pos : span.pos + C, None, :]
-        qkv, proj = v.p_qkv[:C], v.p_proj[:C]
-        for layer, lw in enumerate(w.layers):
-            rmsnorm_rows(x, lw.attn_norm, xn, tmp, cfg.rms_eps)
-            np.matmul(xn, lw.wqkv.T, out=qkv)
-            self._shape_qk(lw, qkv, v.p_qk_norm[:C] if cfg.arch.qk_norm else None)
-            qk = qkv[:, : qd + kvd].reshape(C, cfg.n_heads + cfg.n_kv_heads, cfg.head_dim)
-            self.rope.rotate(qk, cos, sin, v.p_rope_a[:C], v.p_rope_b[:C])
-            v.k_cache[layer, n:N] = qkv[:, qd : qd + kvd]
-            v.v_cache[layer, n:N] = qkv[:, qd + kvd :]
-            self._prefill_attention(v, layer, n, C)
-            np.matmul(v.p_attn[:C], lw.wo.T, out=proj)
-            np.add(x, proj, out=x)
-            rmsnorm_rows(x, lw.ffn_norm, xn, tmp, cfg.rms_eps)
-            gate_up = v.p_gate_up[:C]
-            np.matmul(xn, lw.w_gate_up.T, out=gate_up)
-            F = cfg.ffn_dim
-            silu_mul(gate_up[:, :F], gate_up[:, F:], v.p_ffn[:C])
-            np.matmul(v.p_ffn[:C], lw.w_down.T, out=proj)
-            np.add(x, proj, out=x)
+        r = Rows(
+            x=v.p_x[:C], xn=v.p_xn[:C], norm_tmp=v.p_norm[:C], qkv=v.p_qkv[:C],
+            qk=v.p_qkv[:C, : cfg.q_dim + cfg.kv_dim].reshape(
+                C, cfg.n_heads + cfg.n_kv_heads, cfg.head_dim),
+            qk_norm=v.p_qk_norm[:C] if cfg.arch.qk_norm else None,
+            cos=self.rope.cos[span.pos : span.pos + C, None, :],
+            sin=self.rope.sin[span.pos : span.pos + C, None, :],
+            rope_a=v.p_rope_a[:C], rope_b=v.p_rope_b[:C], attn=v.p_attn[:C],
+            proj=v.p_proj[:C], gate_up=v.p_gate_up[:C], ffn=v.p_ffn[:C])
+        np.take(w.token_embd, toks, axis=0, out=r.x)
+        v.mass[: n + C] = 0.0
+        attend = partial(self._prefill_attention, v, n, C)
+        for i in range(cfg.n_layers):
+            self._layer(i, r, n, attend)
         if on_hidden is not None:
-            rmsnorm_rows(x, w.output_norm, xn, tmp, cfg.rms_eps)
-            on_hidden(xn)
+            rmsnorm_rows(r.x, w.output_norm, r.xn, r.norm_tmp, cfg.rms_eps)
+            on_hidden(r.xn)
         if final_logits:
-            rmsnorm(x[C - 1], w.output_norm, v.xn, cfg.rms_eps)
+            rmsnorm(r.x[C - 1], w.output_norm, v.xn, cfg.rms_eps)
             np.dot(w.output, v.xn, out=v.logits)
 
-    def _shape_qk(self, lw, qkv: np.ndarray, norm_tmp: np.ndarray | None) -> None:
-        """The architecture's steps between the QKV projection and RoPE, in place on qkv
-        (..., qkv_dim): the projections' bias, then QK-norm (norm_tmp: (..., H + KVH))."""
-        cfg = self.cfg
-        if lw.bqkv is not None:
-            np.add(qkv, lw.bqkv, out=qkv)
-        if norm_tmp is not None:
-            H, KVH, hd, qd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.q_dim
-            lead = qkv.shape[:-1]
-            q = qkv[..., :qd].reshape(*lead, H, hd)
-            k = qkv[..., qd : qd + cfg.kv_dim].reshape(*lead, KVH, hd)
-            rmsnorm_heads(q, lw.q_norm, norm_tmp[..., :H], cfg.rms_eps)
-            rmsnorm_heads(k, lw.k_norm, norm_tmp[..., H:], cfg.rms_eps)
-
-    def _prefill_attention(self, v: ArenaViews, layer: int, n: int, C: int) -> None:
+    def _prefill_attention(self, v: ArenaViews, n: int, C: int, layer: int) -> None:
         """Causal attention of C new queries over N = n + C keys, one K/V group at a time."""
         cfg = self.cfg
         G, hd, N = cfg.group_size, cfg.head_dim, n + C
@@ -182,57 +236,41 @@ class Forward:
             np.multiply(out, inv_sum[:, None], out=out)
             attn[:, g * G : (g + 1) * G, :] = out.reshape(C, G, hd)
 
-    def project_logits(self, hidden: np.ndarray, out: np.ndarray) -> None:
-        """out (R, vocab) = logits of final-normed hidden rows (R, d_model) (perplexity)."""
-        np.matmul(hidden, self.w.output.T, out=out)
-
     # -- decode -----------------------------------------------------------------------------
     def decode_one_token(self, token: int) -> np.ndarray:
         """Ingest one token and return the next-token logits (an arena view)."""
         span = self.ring.reserve(1)
         v = self.ring.arena.views().check()
         cfg, w = self.cfg, self.w
-        n, N = span.start, span.start + 1
-        H, KVH, G, hd = cfg.n_heads, cfg.n_kv_heads, cfg.group_size, cfg.head_dim
-        qd, kvd, F = cfg.q_dim, cfg.kv_dim, cfg.ffn_dim
-        x, xn, qkv = v.x, v.xn, v.qkv
-        np.copyto(x, w.token_embd[token])
-        mass, mass_step = v.mass[:N], v.mass_step[:N]
-        mass[:] = 0.0
-        cos, sin = self.rope.cos[span.pos], self.rope.sin[span.pos]
-        qk = qkv[: qd + kvd].reshape(H + KVH, hd)
-        rope_a = v.rope_a.reshape(H + KVH, hd // 2)
-        rope_b = v.rope_b.reshape(H + KVH, hd // 2)
-        q = qkv[:qd]
-        q3 = q.reshape(KVH, G, hd)
-        scores = v.scores[: H * N].reshape(KVH, G, N)
-        scores2 = scores.reshape(H, N)
-        attn3 = v.attn.reshape(KVH, G, hd)
-        row_max, row_sum = v.row_max, v.row_sum
-        qk_norm = v.qk_norm if cfg.arch.qk_norm else None
-        for layer, lw in enumerate(w.layers):
-            rmsnorm(x, lw.attn_norm, xn, cfg.rms_eps)
-            np.dot(lw.wqkv, xn, out=qkv)
-            self._shape_qk(lw, qkv, qk_norm)
-            self.rope.rotate(qk, cos, sin, rope_a, rope_b)
-            v.k_cache[layer, n] = qkv[qd : qd + kvd]
-            v.v_cache[layer, n] = qkv[qd + kvd :]
-            np.multiply(q, self.q_scale, out=q)
-            keys = v.k_cache[layer, :N].reshape(N, KVH, hd).transpose(1, 2, 0)  # (KVH, hd, N)
-            np.matmul(q3, keys, out=scores)
-            softmax_few_rows(scores2, row_max, row_sum)
-            np.sum(scores2, axis=0, out=mass_step)
-            np.add(mass, mass_step, out=mass)
-            values = v.v_cache[layer, :N].reshape(N, KVH, hd).transpose(1, 0, 2)  # (KVH, N, hd)
-            np.matmul(scores, values, out=attn3)
-            np.dot(lw.wo, v.attn, out=v.proj)
-            np.add(x, v.proj, out=x)
-            rmsnorm(x, lw.ffn_norm, xn, cfg.rms_eps)
-            np.dot(lw.w_gate_up, xn, out=v.gate_up)
-            silu_mul(v.gate_up[:F], v.gate_up[F:], v.ffn)
-            np.dot(lw.w_down, v.ffn, out=v.proj)
-            np.add(x, v.proj, out=x)
-        rmsnorm(x, w.output_norm, xn, cfg.rms_eps)
-        np.dot(w.output, xn, out=v.logits)
+        H, KVH, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        r = Rows(
+            x=v.x, xn=v.xn, norm_tmp=None, qkv=v.qkv,
+            qk=v.qkv[: cfg.q_dim + cfg.kv_dim].reshape(H + KVH, hd),
+            qk_norm=v.qk_norm if cfg.arch.qk_norm else None,
+            cos=self.rope.cos[span.pos], sin=self.rope.sin[span.pos],
+            rope_a=v.rope_a.reshape(H + KVH, hd // 2), rope_b=v.rope_b.reshape(H + KVH, hd // 2),
+            attn=v.attn, proj=v.proj, gate_up=v.gate_up, ffn=v.ffn)
+        np.copyto(r.x, w.token_embd[token])
+        v.mass[: span.start + 1] = 0.0
+        attend = partial(self._decode_attention, v, span.start)
+        for i in range(cfg.n_layers):
+            self._layer(i, r, span.start, attend)
+        rmsnorm(r.x, w.output_norm, r.xn, cfg.rms_eps)
+        np.dot(w.output, r.xn, out=v.logits)
         self.ring.commit(span, v.mass)
         return v.logits
+
+    def _decode_attention(self, v: ArenaViews, n: int, layer: int) -> None:
+        """The new token's query heads over the N = n + 1 keys, all K/V groups at once."""
+        cfg = self.cfg
+        H, KVH, G, hd, N = cfg.n_heads, cfg.n_kv_heads, cfg.group_size, cfg.head_dim, n + 1
+        q = v.qkv[: cfg.q_dim]
+        np.multiply(q, self.q_scale, out=q)
+        scores = v.scores[: H * N].reshape(KVH, G, N)
+        keys = v.k_cache[layer, :N].reshape(N, KVH, hd).transpose(1, 2, 0)  # (KVH, hd, N)
+        np.matmul(q.reshape(KVH, G, hd), keys, out=scores)
+        softmax_few_rows(scores.reshape(H, N), v.row_max, v.row_sum)
+        np.sum(scores.reshape(H, N), axis=0, out=v.mass_step[:N])
+        np.add(v.mass[:N], v.mass_step[:N], out=v.mass[:N])
+        values = v.v_cache[layer, :N].reshape(N, KVH, hd).transpose(1, 0, 2)  # (KVH, N, hd)
+        np.matmul(scores, values, out=v.attn.reshape(KVH, G, hd))

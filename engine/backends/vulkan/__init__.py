@@ -8,8 +8,10 @@ backend itself is imported on demand.
 from .context import probe
 from .loader import DeviceInfo, UnsupportedTensorTypeForVulkanError, VulkanUnavailableError
 
-__all__ = ["DeviceInfo", "UnsupportedTensorTypeForVulkanError", "VulkanUnavailableError",
-           "probe", "VulkanBackend"]
+# The shaders implement the llama layout only (architecture.py's FEATURES lists the rest).
+FEATURES: frozenset[str] = frozenset()
+__all__ = ["FEATURES", "DeviceInfo", "UnsupportedTensorTypeForVulkanError",
+           "VulkanUnavailableError", "probe", "VulkanBackend"]
 
 
 def __getattr__(name: str):

@@ -14,11 +14,11 @@ import weakref
 import numpy as np
 
 from ...align import align_up
-from ...model.architecture import INTERLEAVED
-from ...model.config import ModelConfig
 from ...model.model import Model
 from ...state.arena import Allocator
 from ...state.ring import KVRing
+from ..base import model_problem
+from . import FEATURES
 from .buffers import DeviceBuffer, host_buffer
 from .context import HOST_COHERENT, HOST_VISIBLE, Context, get_context
 from .forward import VulkanForward
@@ -29,22 +29,6 @@ from .upload import fill_zero
 from .weights import DeviceWeights, upload_weights
 
 PAGE = 4096
-
-
-def model_problem(cfg: ModelConfig) -> str | None:
-    """Why the shaders cannot run this model, or None. They implement the llama layout:
-    interleaved RoPE (any scaling: the tables come from the CPU), no projection biases, no
-    QK-norm, separate q/k/v and gate/up matrices, and q_dim == d_model."""
-    arch = cfg.arch
-    missing = [feature for feature, needed in (
-        ("split-half RoPE", arch.rope_style != INTERLEAVED), ("QKV bias", arch.qkv_bias),
-        ("QK-norm", arch.qk_norm), ("fused QKV", arch.fused_qkv),
-        ("fused gate/up", arch.fused_gate_up), ("heads wider than d_model / n_heads",
-                                                cfg.q_dim != cfg.d_model)) if needed]
-    if missing:
-        return (f"the Vulkan backend does not implement {', '.join(missing)} "
-                f"({cfg.architecture} needs it)")
-    return None
 
 
 def lazy_anonymous_memory(nbytes: int) -> np.ndarray:
@@ -64,6 +48,7 @@ class VulkanBackend:
     needs_f32_weights = False
     key_dtype = np.dtype(np.float32)  # the shaders read f32 keys
     scratch = None  # no arena scratch: its intermediates live in its own buffers
+    features = FEATURES
 
     def __init__(self, ctx: Context | None = None):
         self.ctx = ctx or get_context()  # raises VulkanUnavailableError with the reason
@@ -80,7 +65,7 @@ class VulkanBackend:
         return self._allocate_arena
 
     def make_forward(self, model: Model, ring: KVRing) -> VulkanForward:
-        problem = model_problem(model.config)
+        problem = model_problem(self, model.config)
         if problem is not None:
             raise UnsupportedModelForVulkanError(f"{problem}; use --backend ggml")
         buf = self._arena_buffer(ring.arena.base_address, ring.arena.nbytes)

@@ -16,7 +16,7 @@ import numpy as np
 
 from ...align import align_up, ceil_div
 from ...state.ring import KVRing, SlotSpan
-from ..base import HiddenCallback, prefill_in_chunks
+from ..base import ForwardPass, HiddenCallback, prefill_in_chunks
 from .buffers import DeviceBuffer, readback_buffer
 from .passes import PassRecorder, PassShape
 from .pipelines import Pipelines
@@ -32,7 +32,7 @@ def _retire(ctx, passes: dict[PassShape, Submission]) -> None:
     ctx.retire([s.command_buffer for s in passes.values()], [s.fence for s in passes.values()])
 
 
-class VulkanForward:
+class VulkanForward(ForwardPass):
     def __init__(self, pipes: Pipelines, weights: DeviceWeights, ring: KVRing,
                  arena_buf: DeviceBuffer, tuning: Tuning):
         cfg = ring.cfg
@@ -135,9 +135,9 @@ class VulkanForward:
     def read_regions(self, names: Sequence[str]) -> dict[str, np.ndarray]:
         """Arena regions as the CPU should read them for a snapshot: the views themselves on
         the mapped path, else fresh host-cached copies made by one device copy."""
-        views = self.ring.arena.views().check()
+        self.ring.arena.views().check()
         if self.res.arena_cached:
-            return {n: getattr(views, n) for n in names}
+            return super().read_regions(names)
         layout, base = self.ring.arena.layout, self.res.arena_offset
         total = sum(align_up(layout[n].nbytes, 64) for n in names)
         if self._staging is None or self._staging.size < total:
