@@ -12,9 +12,8 @@ from pathlib import Path
 
 from channel_cli import commands
 from channel_cli.cli_args import resolve_model_option
-from engine.backends import BACKEND_CHOICES
 from engine.errors import ChannelError
-from engine.state.ring_policy import DEFAULT_EVICT, EVICT_POLICIES
+from engine.process.flags import add_engine_flags
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -55,9 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     ppl = sub.add_parser("perplexity", help="perplexity of a text read through the engine")
     _add_common(ppl)
     ppl.add_argument("--text", required=True, type=Path, help="a UTF-8 text file")
-    ppl.add_argument("--ring-slots", type=int, default=None, help="ring size (small: evicts)")
-    ppl.add_argument("--evict", default=DEFAULT_EVICT, choices=EVICT_POLICIES,
-                     help="what a full ring forgets (docs/memory.md)")
+    add_engine_flags(ppl, "ring_slots", "evict")
     ppl.add_argument("--json", action="store_true")
     ppl.set_defaults(handler=commands.perplexity)
 
@@ -114,13 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_common(p: argparse.ArgumentParser) -> None:
     # SUPPRESS lets the option be given before or after the subcommand.
     d = argparse.SUPPRESS
-    p.add_argument("--data-dir", type=Path, default=d, help="where sessions live")
-    p.add_argument("--cache-dir", type=Path, default=d, help="where weight images are cached")
+    add_engine_flags(p, "data_dir", "cache_dir", "model", "backend", default=d)
     p.add_argument("--session", default=d, help="session name (default: 'default')")
-    p.add_argument("--model", default=d,
-                   help="a GGUF file, or a name `channel models` lists (e.g. qwen2.5:0.5b)")
-    p.add_argument("--backend", choices=BACKEND_CHOICES, default=d,
-                   help="auto: Vulkan on a GPU, else ggml (quantized CPU), else numpy")
     p.add_argument("--cold", action="store_true", default=d, help="ignore the snapshot")
 
 

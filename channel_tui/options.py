@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # The one source of truth for what both sides share; it imports nothing heavy.
+from engine.process.flags import engine_argv
 from engine.process.protocol import SESSION_NAME, default_data_dir
 from engine.process.protocol import data_dir_problem as engine_data_dir_problem
 
@@ -41,18 +42,9 @@ class AppOptions:
     max_restarts: int = 3  # crashes within RESTART_WINDOW_S before we stop restarting
 
     def engine_argv(self) -> list[str]:
-        argv = list(self.engine_command)
-        if self.data_dir is not None:
-            argv += ["--data-dir", str(self.data_dir)]
-        if self.cache_dir is not None:
-            argv += ["--cache-dir", str(self.cache_dir)]
-        if self.model is not None:
-            argv += ["--model", str(self.model)]
-        if self.backend is not None:
-            argv += ["--backend", self.backend]
-        if self.debounce_s is not None:
-            argv += ["--debounce-s", str(self.debounce_s)]
-        return argv
+        return [*self.engine_command, *engine_argv(
+            data_dir=self.data_dir, cache_dir=self.cache_dir, model=self.model,
+            backend=self.backend, debounce_s=self.debounce_s)]
 
     def resolved_data_dir(self) -> Path:
         return self.data_dir if self.data_dir is not None else default_data_dir()

@@ -16,18 +16,16 @@ import sys
 import threading
 from pathlib import Path
 
-from .backends import BACKEND_CHOICES
 from .errors import ChannelError, UnusableFileError
 from .fileio import open_regular
 from .paths import default_cache_dir, default_data_dir
+from .process.flags import add_engine_flags
 from .process.protocol import (
-    DEFAULT_MAX_MESSAGE_BYTES,
     PROTOCOL_VERSION,
     Limits,
     data_dir_problem,
     encode_event,
 )
-from .state.ring_policy import DEFAULT_EVICT, EVICT_POLICIES
 
 log = logging.getLogger("channel.engine")
 PR_SET_PDEATHSIG = 1
@@ -69,17 +67,10 @@ def prepare_data_dir(path: Path) -> str | None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m engine", description=__doc__)
-    p.add_argument("--data-dir", type=Path, default=None)
-    p.add_argument("--cache-dir", type=Path, default=None)
-    p.add_argument("--model", type=Path, default=None)
-    p.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
-    p.add_argument("--debounce-s", type=float, default=5.0, help="quiescence before autosave")
-    p.add_argument("--ring-slots", type=int, default=None)
-    p.add_argument("--evict", default=DEFAULT_EVICT, choices=EVICT_POLICIES,
-                   help="what a full ring forgets (docs/memory.md)")
-    p.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES,
-                   help="refuse a message larger than this (UTF-8 bytes)")
-    return p.parse_args(argv)
+    add_engine_flags(p)
+    args = p.parse_args(argv)
+    args.model = Path(args.model) if args.model is not None else None
+    return args
 
 
 def setup_logging(data_dir: Path | None) -> None:

@@ -334,3 +334,18 @@ def test_shutdown_during_a_long_cold_replay_does_not_wait_for_it(tmp_path) -> No
         if e.proc.poll() is None:
             e.proc.kill()
     assert not (data / "long.snapshot.bin").exists()  # a half-replayed ring is never saved
+
+
+def test_the_flags_a_client_writes_are_the_ones_the_engine_parses(tmp_path) -> None:
+    """One definition of the engine's command line (engine/process/flags.py): what the TUI
+    writes for each flag comes back as the same value from the engine's own parser."""
+    from engine.__main__ import parse_args
+    from engine.process.flags import ENGINE_FLAGS, engine_argv
+
+    given = {"data_dir": tmp_path / "d", "cache_dir": tmp_path / "c", "model": tmp_path / "m",
+             "backend": "numpy", "debounce_s": 0.25, "ring_slots": 512, "evict": "h2o",
+             "max_message_bytes": 1000}
+    assert set(given) == set(ENGINE_FLAGS)
+    parsed = vars(parse_args(engine_argv(**given)))
+    assert {name: parsed[name] for name in given} == given
+    assert parse_args([]).backend == "auto" and engine_argv(model=None) == []

@@ -27,7 +27,8 @@ FLOORS: list[tuple[str, ...]] = [
 FLOOR_OF = {unit: level for level, units in enumerate(FLOORS) for unit in units}
 # What the front end may import of the engine: the protocol's constants and types, the
 # session files' names. Nothing that pulls in numpy: the TUI must start fast.
-TUI_MAY_IMPORT = {"engine.process.protocol", "engine.process.events", "engine.paths"}
+TUI_MAY_IMPORT = {"engine.process.protocol", "engine.process.events", "engine.process.flags",
+                  "engine.paths"}
 
 
 def module_name(path: Path) -> str:

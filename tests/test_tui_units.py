@@ -20,8 +20,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 # The protocol module and what it imports: standard library only, shared by both sides.
 PROTOCOL_MODULES = {"engine", "engine.errors", "engine.paths", "engine.process",
-                    "engine.process.protocol", "engine.state", "engine.state.sampling",
-                    "engine.text"}
+                    "engine.process.flags", "engine.process.protocol", "engine.state",
+                    "engine.state.sampling", "engine.text"}
 
 
 def test_the_app_imports_neither_numpy_nor_engine_internals() -> None:
