@@ -12,6 +12,7 @@ import pytest
 
 from engine.process.runtime import transcript_fields
 from engine.session.fork import fork_session
+from engine.session.model_record import read_record, session_model, write_record
 from engine.session.session import Session
 from engine.session.undo import undo
 from engine.state.ring_policy import RingPolicy
@@ -125,6 +126,22 @@ def test_fork_boots_warm_and_both_go_on_independently(tiny_model, tmp_path) -> N
     source.turn("only in the source", GREEDY, max_tokens=3)
     assert "only in the fork" not in source.stream.path.read_text()
     assert "only in the source" not in fork.stream.path.read_text()
+    with pytest.raises(ValueError, match="already exists"):
+        fork_session(tmp_path, "src", "copy")
+
+
+def test_issue31_defect5_a_fork_keeps_the_source_model_record(tiny_model, tmp_path) -> None:
+    """A fork of a session on another model must open on that model, not the default."""
+    source = Session(tiny_model, tmp_path, "src", POLICY)
+    source.boot()
+    source.turn("hello", GREEDY, max_tokens=3)
+    write_record(tmp_path, "src", tiny_model.path, tiny_model.fingerprint, "tiny")
+    fork_session(tmp_path, "src", "copy")
+    assert read_record(tmp_path, "copy") == read_record(tmp_path, "src")
+    assert session_model(tmp_path, "copy") is not None  # checked against the file, too
+    # A record left behind by a session of that name counts as the session existing.
+    (tmp_path / "copy.stream.jsonl").unlink()
+    (tmp_path / "copy.snapshot.bin").unlink(missing_ok=True)
     with pytest.raises(ValueError, match="already exists"):
         fork_session(tmp_path, "src", "copy")
 

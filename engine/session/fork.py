@@ -43,11 +43,15 @@ def fork_session(data_dir: Path, source: str, name: str) -> ForkReport:
     src, new = SessionFiles(data_dir, source), SessionFiles(data_dir, name)
     src_stream, src_snapshot = src.stream, src.snapshot
     new_stream, new_snapshot = new.stream, new.snapshot
-    if os.path.lexists(new_stream) or os.path.lexists(new_snapshot):
+    if any(os.path.lexists(p) for p in (new_stream, new_snapshot, new.model_record)):
         raise ValueError(f"session {name!r} already exists")
     events = StreamLog(src_stream).read().events
     if not events:
         raise ValueError(f"session {source!r} has no conversation to fork")
+    # The fork runs on the source's model: without its record it would open on the default
+    # model, refuse the copied snapshot and record the wrong model for good.
+    if os.path.lexists(src.model_record):
+        _copy_file(src.model_record, new.model_record)
     snapshot_bytes = 0
     if os.path.lexists(src_snapshot):
         snapshot_bytes = _copy_file(src_snapshot, new_snapshot)
@@ -59,6 +63,7 @@ def fork_session(data_dir: Path, source: str, name: str) -> ForkReport:
         _write_new(new_stream, ("\n".join(lines) + "\n").encode("utf-8"))
     except BaseException:
         new_snapshot.unlink(missing_ok=True)
+        new.model_record.unlink(missing_ok=True)
         raise
     return ForkReport(source, name, len(events), snapshot_bytes, events[-1].id)
 
