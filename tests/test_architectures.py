@@ -12,6 +12,7 @@ import gguf
 import numpy as np
 import pytest
 
+from engine.backends.vulkan import FEATURES as VULKAN_FEATURES
 from engine.conversation import Conversation
 from engine.errors import UnsupportedArchitectureError
 from engine.model.architecture import ARCHITECTURES, support_problem
@@ -153,8 +154,9 @@ def test_ring_follows_context_and_memory_budget(tmp_path) -> None:
 def test_auto_leaves_vulkan_for_an_architecture_the_shaders_lack(tmp_path) -> None:
     from engine.backends.select import Choice, fit_to_model
 
-    class GpuBackendStandIn:  # only the name matters to fit_to_model
+    class GpuBackendStandIn:  # what fit_to_model reads: the name and declared features
         name = "vulkan"
+        features = VULKAN_FEATURES
 
     gpu = Choice(GpuBackendStandIn(), None)
     llama = open_model(write(tmp_path, VARIANTS["llama3-scaled"], "l.gguf")).config
@@ -171,6 +173,7 @@ def test_placement_fits_backend_and_ring_to_each_model(tmp_path) -> None:
 
     class GpuBackendStandIn:
         name = "vulkan"
+        features = VULKAN_FEATURES
 
     placement = Placement(Choice(GpuBackendStandIn(), None), "auto", tmp_path, ring_slots=64)
     llama = open_model(write(tmp_path, VARIANTS["llama3-scaled"], "l.gguf")).config
