@@ -46,7 +46,7 @@ class Conversation:
         self.layout = conversation_layout(model.config, self.policy, self.backend.key_dtype,
                                           self.backend.scratch)
         self.arena = StateArena(self.layout, self.backend.arena_allocator())
-        self.ring = KVRing(self.arena, model.config, self.policy, model.rope)
+        self.ring = KVRing(self.arena, model.config, self.policy, model.rope, model.rope_window)
         self.forward = self.backend.make_forward(model, self.ring)
         self.sampler = Sampler(seed)
         self.sampler.save_state(self.arena.views())

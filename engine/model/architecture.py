@@ -22,6 +22,12 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
+# What one layer's state is (docs/memory.md): a K/V plane in the ring (FULL), a K/V plane of
+# the newest `window` tokens (WINDOW: Gemma 3's sliding-window layers), or a fixed-size
+# recurrent carry (CONV: LFM2's short convolution, the last conv_kernel - 1 inputs).
+FULL, WINDOW, CONV = "full", "window", "conv"
+LAYER_KINDS = (FULL, WINDOW, CONV)
+
 INTERLEAVED = "interleaved"  # rotate (x[2i], x[2i+1]): llama.cpp permutes llama's Q/K rows so
 SPLIT_HALF = "split_half"  # rotate (x[i], x[i + d/2]): HF's layout, kept by qwen2/qwen3/phi3
 

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .architecture import ARCHITECTURES, Architecture, needed_features
+from .architecture import (
+    ARCHITECTURES,
+    CONV,
+    FULL,
+    LAYER_KINDS,
+    WINDOW,
+    Architecture,
+    needed_features,
+)
 
 
 @dataclass(frozen=True)
@@ -26,6 +34,47 @@ class ModelConfig:
     rope_freq_scale: float = 1.0  # linear RoPE scaling: positions are multiplied by this
     rope_freq_factors: tuple[float, ...] = ()  # (head_dim/2,) divisors of each frequency
     sliding_window: int = 0  # attention span the model was trained with (0: its context)
+    # What each layer's state is (architecture.LAYER_KINDS); () means every layer is FULL,
+    # a K/V plane in the ring, as in every model before hybrids.
+    layer_kinds: tuple[str, ...] = ()
+    window: int = 0  # WINDOW layers see the newest `window` tokens (Gemma 3: 512)
+    conv_kernel: int = 0  # CONV layers: the short convolution's length (LFM2's L_cache, 3)
+    rope_theta_window: float = 0.0  # WINDOW layers' RoPE base, where it differs (Gemma 3)
+
+    def __post_init__(self) -> None:
+        if self.layer_kinds and len(self.layer_kinds) != self.n_layers:
+            raise ValueError(f"{len(self.layer_kinds)} layer kinds for {self.n_layers} layers")
+        unknown = set(self.layer_kinds) - set(LAYER_KINDS)
+        if unknown:
+            raise ValueError(f"unknown layer kinds {sorted(unknown)}")
+        if WINDOW in self.layer_kinds and self.window < 1:
+            raise ValueError("window layers need a window of at least one token")
+        if CONV in self.layer_kinds and self.conv_kernel < 2:
+            raise ValueError("conv layers need a kernel of at least 2")
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Each layer's state kind."""
+        return self.layer_kinds or (FULL,) * self.n_layers
+
+    @property
+    def hybrid(self) -> bool:
+        """Whether any layer keeps state other than a K/V plane in the ring."""
+        return any(kind != FULL for kind in self.kinds)
+
+    def layers_of(self, kind: str) -> tuple[int, ...]:
+        """The layers of one kind, in order: plane j of that kind belongs to layer [j]."""
+        return tuple(i for i, k in enumerate(self.kinds) if k == kind)
+
+    def plane(self, layer: int) -> int:
+        """Where `layer`'s state sits among the planes of its kind."""
+        kind = self.kinds[layer]
+        return self.kinds[:layer].count(kind)
+
+    @property
+    def n_full(self) -> int:
+        """Layers whose K/V live in the ring (and whose attention feeds salience)."""
+        return self.kinds.count(FULL)
 
     @property
     def arch(self) -> Architecture:
@@ -39,7 +88,8 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, record: dict) -> ModelConfig:
         """Rebuild from `dataclasses.asdict` output that went through JSON (lists for tuples)."""
-        return cls(**{**record, "rope_freq_factors": tuple(record.get("rope_freq_factors", ()))})
+        return cls(**{**record, "rope_freq_factors": tuple(record.get("rope_freq_factors", ())),
+                      "layer_kinds": tuple(record.get("layer_kinds", ()))})
 
     @property
     def q_dim(self) -> int:
@@ -59,5 +109,5 @@ class ModelConfig:
         return self.q_dim + 2 * self.kv_dim
 
     def kv_bytes_per_slot(self, key_itemsize: int, value_itemsize: int) -> int:
-        """Bytes one ring slot's keys and values take over all layers."""
-        return self.n_layers * self.kv_dim * (key_itemsize + value_itemsize)
+        """Bytes one ring slot's keys and values take over the ring's (FULL) layers."""
+        return self.n_full * self.kv_dim * (key_itemsize + value_itemsize)

@@ -19,11 +19,12 @@ from pathlib import Path
 from ..errors import NotGGUFError, WeightImageError
 from ..fileio import write_atomically
 from ..paths import default_cache_dir, default_model_path
+from .architecture import WINDOW
 from .chat_template import ChatTemplate
 from .config import ModelConfig
 from .display_name import display_name, quant_label
 from .gguf_file import GGUF_MAGIC, ModelFile, fingerprint_file, open_model
-from .rope import RopeTables
+from .rope import RopeTables, window_rope_config
 from .tokenizer import Tokenizer
 from .weights import Weights, build_image, map_image
 
@@ -56,6 +57,8 @@ class Model:
     weights: Weights | None  # the f32 image; None when the backend does not need it
     timings: dict[str, float] = field(default_factory=dict)
     image_built: bool = False
+    # The WINDOW layers' tables where the model has such layers (model/rope.py).
+    rope_window: RopeTables | None = None
 
 
 def checked_model_path(path: str | Path | None = None) -> Path:
@@ -121,9 +124,10 @@ def load_model(path: str | Path | None = None, cache_dir: str | Path | None = No
 
     t0 = time.perf_counter()
     rope = RopeTables(config)
+    rope_window = RopeTables(window_rope_config(config)) if WINDOW in config.kinds else None
     timings["rope_s"] = time.perf_counter() - t0
     return Model(path, fingerprint, meta["name"], config, rope, tokenizer, template, tensors,
-                 weights, timings, built)
+                 weights, timings, built, rope_window)
 
 
 def _build_meta(model_file: ModelFile) -> dict:

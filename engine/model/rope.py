@@ -13,6 +13,7 @@ per-frequency factors) only changes the frequencies, so it composes the same way
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
@@ -20,6 +21,13 @@ from .architecture import INTERLEAVED
 from .config import ModelConfig
 
 Rotate = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
+
+
+def window_rope_config(cfg: ModelConfig) -> ModelConfig:
+    """The RoPE of WINDOW layers: their own base where the model has one (Gemma 3's local
+    10,000 against its global 1,000,000), never the global layers' scaling."""
+    return replace(cfg, rope_theta=cfg.rope_theta_window or cfg.rope_theta,
+                   rope_freq_scale=1.0, rope_freq_factors=())
 
 
 def inv_frequencies(cfg: ModelConfig) -> np.ndarray:

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..align import ALIGN, align_up
 from ..errors import LayoutError, StaleViewError
+from ..model.architecture import CONV, WINDOW
 from ..model.config import ModelConfig
 from .layout import ArenaLayout
 from .ring_policy import RingPolicy
@@ -33,6 +34,26 @@ STATE_REGIONS = (
     "k_cache", "v_cache", "slot_clock", "slot_pos", "slot_active", "slot_salience",
     "ring_counters", "turn_starts", "sampler_state",
 )
+# The per-layer planes of layers that are not in the ring (present only where a model has
+# such layers). They follow the token stream, not the ring's policy: see add_layer_planes.
+LAYER_PLANES = ("kw_cache", "vw_cache", "conv_state")
+
+
+def add_layer_planes(lay: ArenaLayout, cfg: ModelConfig, key_dtype: np.dtype | type) -> None:
+    """The state of layers outside the ring, one plane per layer of each kind.
+
+    WINDOW layers keep the newest `cfg.window` tokens' keys and values in a circular plane:
+    the token the ring's clock stamped c (1, 2, ...) sits in row (c - 1) % window, its key
+    rotated (with the window's RoPE base) to the same position as the ring's layers gave it.
+    CONV layers keep their short convolution's carry: the last conv_kernel - 1 inputs,
+    oldest first. Neither is evicted or reordered; a rebase re-rotates the window's keys.
+    """
+    n_window, n_conv = len(cfg.layers_of(WINDOW)), len(cfg.layers_of(CONV))
+    if n_window:
+        lay.add("kw_cache", key_dtype, (n_window, cfg.window, cfg.kv_dim))
+        lay.add("vw_cache", np.float32, (n_window, cfg.window, cfg.kv_dim))
+    if n_conv:
+        lay.add("conv_state", np.float32, (n_conv, cfg.conv_kernel - 1, cfg.d_model))
 
 
 def conversation_layout(cfg: ModelConfig, policy: RingPolicy,
@@ -47,13 +68,15 @@ def conversation_layout(cfg: ModelConfig, policy: RingPolicy,
             f"ring of {policy.max_slots} slots must be between 1 and the model's context "
             f"length {cfg.context_length}"
         )
-    L, S, C = cfg.n_layers, policy.max_slots, policy.prefill_chunk
+    L, S, C = cfg.n_full, policy.max_slots, policy.prefill_chunk
     KVH, d, V, half = cfg.n_kv_heads, cfg.d_model, cfg.vocab_size, cfg.head_dim // 2
     f32, lay = np.float32, ArenaLayout()
 
     # Persistent ring state. Slots [0, n_active) are live, anchors first, oldest to newest.
+    # Plane j is the j-th FULL layer's (cfg.layers_of(FULL)[j]): every layer in most models.
     lay.add("k_cache", key_dtype, (L, S, cfg.kv_dim))  # keys, RoPE applied at slot_pos
     lay.add("v_cache", f32, (L, S, cfg.kv_dim))
+    add_layer_planes(lay, cfg, key_dtype)
     lay.add("slot_clock", np.uint64, (S,))  # ingest clock of each slot's token
     lay.add("slot_pos", np.int32, (S,))  # RoPE position the key was rotated to
     lay.add("slot_active", np.uint8, (S,))
@@ -81,12 +104,13 @@ def conversation_layout(cfg: ModelConfig, policy: RingPolicy,
     lay.add("keep_mask", np.bool_, (S,))
     lay.add("tie_rank", np.int64, (S,))
     lay.add("slot_index", np.int32, (S,))  # constant: 0, 1, ..., S-1
-    lay.add("compact_staging", f32, (S, cfg.kv_dim))
+    R = max(S, cfg.window)  # a rebase rotates the ring's live slots, then each window plane
+    lay.add("compact_staging", f32, (R, cfg.kv_dim))
     lay.add("rebase_angle", np.float64, (S, half))
     lay.add("rebase_cos", f32, (S, 1, half))
     lay.add("rebase_sin", f32, (S, 1, half))
-    lay.add("rebase_a", f32, (S, KVH, half))
-    lay.add("rebase_b", f32, (S, KVH, half))
+    lay.add("rebase_a", f32, (R, KVH, half))
+    lay.add("rebase_b", f32, (R, KVH, half))
     if scratch is not None:
         scratch(lay, cfg, policy)
     return lay.seal()

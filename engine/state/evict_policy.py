@@ -47,8 +47,9 @@ SCORE_MODES = {"h2o": 1, "tova": 2}  # the rest: 0, decayed
 
 
 def score_scale(cfg: ModelConfig) -> float:
-    """A pass adds 1.0 of mass per query token, layer and head: this makes it per token."""
-    return 1.0 / (cfg.n_layers * cfg.n_heads)
+    """A pass adds 1.0 of mass per query token, ring (FULL) layer and head: this makes it
+    per token."""
+    return 1.0 / (cfg.n_full * cfg.n_heads)
 
 
 def update_scores(policy: RingPolicy, scores: np.ndarray, mass: np.ndarray, n: int,

@@ -8,6 +8,11 @@ and the survivors slide down in order.
 When positions near the model's context length, a rebase re-indexes live slots to 0..n-1 by
 re-rotating their cached keys.
 
+A hybrid model's other layers (arena.py's add_layer_planes) follow the token stream instead:
+the ring's policy never touches them, a rebase shifts the window planes' keys by the same
+amount as the newest slot's (so distances within the window stay exact), and a mark keeps a
+copy of them so that a rollback is still exact.
+
 All numbers live in the arena; this class holds only references, so a restored arena is the
 whole truth.
 """
@@ -24,6 +29,7 @@ from ..model.rope import RopeTables
 from .arena import (
     CLOCK,
     EVICTED,
+    LAYER_PLANES,
     MAX_TURN_BOUNDARIES,
     N_ACTIVE,
     N_ANCHORS,
@@ -55,6 +61,7 @@ class RingMark:
 
     counters: np.ndarray  # a copy of ring_counters
     salience: np.ndarray  # a copy of slot_salience[:n_active]
+    planes: dict[str, np.ndarray]  # copies of the layer planes outside the ring (if any)
 
 
 @dataclass(frozen=True)
@@ -67,11 +74,14 @@ class SlotSpan:
 
 
 class KVRing:
-    def __init__(self, arena: StateArena, cfg: ModelConfig, policy: RingPolicy, rope: RopeTables):
+    def __init__(self, arena: StateArena, cfg: ModelConfig, policy: RingPolicy, rope: RopeTables,
+                 window_rope: RopeTables | None = None):
         self.arena = arena
         self.cfg = cfg
         self.policy = policy
-        self.rope = rope
+        self.rope = rope  # the ring's (FULL) layers'
+        self.window_rope = window_rope or rope  # WINDOW layers', where they differ
+        self.planes = tuple(name for name in LAYER_PLANES if name in arena.layout)
         # Set while no snapshot is reading the live slots. Eviction and rebase move or rewrite
         # existing rows, so they wait for it; appending new tokens never does.
         self._thawed = threading.Event()
@@ -182,7 +192,8 @@ class KVRing:
     def mark(self) -> RingMark:
         v = self.arena.views()
         n = int(v.ring_counters[N_ACTIVE])
-        return RingMark(v.ring_counters.copy(), v.slot_salience[:n].copy())
+        return RingMark(v.ring_counters.copy(), v.slot_salience[:n].copy(),
+                        {name: getattr(v, name).copy() for name in self.planes})
 
     def rollback_problem(self, mark: RingMark) -> str | None:
         """Why rollback(mark) is impossible, or None."""
@@ -209,6 +220,8 @@ class KVRing:
         v.slot_salience[:n_then] = mark.salience
         v.slot_salience[n_then:n_now] = 0.0
         v.ring_counters[:] = mark.counters
+        for name, saved in mark.planes.items():
+            np.copyto(getattr(v, name), saved)
         return n_now - n_then
 
     # -- eviction and rebase ----------------------------------------------------------------
@@ -264,16 +277,34 @@ class KVRing:
         cos, sin = v.rebase_cos[:n], v.rebase_sin[:n]
         np.cos(angle, out=cos[:, 0, :], casting="same_kind")
         np.sin(angle, out=sin[:, 0, :], casting="same_kind")
-        kvh, hd = self.cfg.n_kv_heads, self.cfg.head_dim
-        widen = v.k_cache.dtype != np.float32  # f16 keys rotate in f32, rounded once after
         for layer in v.k_cache:
-            keys = v.compact_staging[:n] if widen else layer[:n]
-            if widen:
-                np.copyto(keys, layer[:n])
-            self.rope.rotate(keys.reshape(n, kvh, hd), cos, sin, v.rebase_a[:n],
-                             v.rebase_b[:n])
-            if widen:
-                np.copyto(layer[:n], keys, casting="same_kind")
+            self._rotate_keys(v, layer[:n], self.rope, cos, sin)
+        if "kw_cache" in self.planes:
+            self._shift_window(v, n - self.next_pos)
         np.copyto(v.slot_pos[:n], v.slot_index[:n])
         v.ring_counters[NEXT_POS] = n
         v.ring_counters[REBASES] = self.rebases + 1
+
+    def _shift_window(self, v, shift: int) -> None:
+        """Move every window key by `shift` positions: the window keeps its tokens' distances
+        to each other and to the tokens that follow, whatever the ring did to its own."""
+        angle = v.rebase_angle[:1]
+        np.multiply(self.window_rope.inv_freq, float(shift), out=angle[0])
+        cos, sin = v.rebase_cos[:1], v.rebase_sin[:1]
+        np.cos(angle, out=cos[:, 0, :], casting="same_kind")
+        np.sin(angle, out=sin[:, 0, :], casting="same_kind")
+        for plane in v.kw_cache:
+            self._rotate_keys(v, plane, self.window_rope, cos, sin)
+
+    def _rotate_keys(self, v, keys: np.ndarray, rope: RopeTables, cos: np.ndarray,
+                     sin: np.ndarray) -> None:
+        """Rotate cached key rows (rows, kv_dim) in place; f16 keys rotate in f32, rounded
+        once after."""
+        rows, kvh, hd = keys.shape[0], self.cfg.n_kv_heads, self.cfg.head_dim
+        work = v.compact_staging[:rows] if keys.dtype != np.float32 else keys
+        if work is not keys:
+            np.copyto(work, keys)
+        rope.rotate(work.reshape(rows, kvh, hd), cos, sin, v.rebase_a[:rows],
+                    v.rebase_b[:rows])
+        if work is not keys:
+            np.copyto(keys, work, casting="same_kind")
