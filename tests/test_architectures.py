@@ -166,6 +166,30 @@ def test_auto_leaves_vulkan_for_an_architecture_the_shaders_lack(tmp_path) -> No
     assert fit_to_model(gpu, "auto", qwen2, tmp_path).backend.name in ("ggml", "numpy")
 
 
+def test_auto_takes_numpy_for_a_model_ggml_lacks(tmp_path, monkeypatch) -> None:
+    """Where ggml does not implement a model (hybrid layers, until it does), `auto` runs it
+    on the numpy reference and says why; ggml keeps the models it runs."""
+    from engine.backends import select
+    from engine.backends.ggml.lib import available
+    from engine.backends.select import Choice, fit_to_model
+
+    if available() is not None:
+        pytest.skip(f"ggml is not built here: {available()}")
+
+    class GpuBackendStandIn:
+        name = "vulkan"
+        features = VULKAN_FEATURES
+
+    gpu = Choice(GpuBackendStandIn(), None)
+    qwen2 = open_model(write(tmp_path, VARIANTS["qwen2"], "q.gguf")).config
+    assert fit_to_model(gpu, "auto", qwen2, tmp_path).backend.name == "ggml"
+    monkeypatch.setattr(select, "GGML_FEATURES", frozenset({"split_half_rope"}))
+    fitted = fit_to_model(gpu, "auto", qwen2, tmp_path)
+    assert fitted.backend.name == "numpy"
+    assert fitted.note == ("using the numpy reference backend: the ggml backend does not "
+                           "implement QKV bias (qwen2 needs it)")
+
+
 def test_placement_fits_backend_and_ring_to_each_model(tmp_path) -> None:
     """One engine serves sessions on several models: each gets a backend that implements its
     architecture and a ring no longer than its trained context."""

@@ -14,10 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..model.architecture import backend_problem
 from ..model.config import ModelConfig
 from ..state.ring_policy import DEFAULT_EVICT, RingPolicy
 from . import BACKEND_CHOICES
 from .base import Backend, model_problem
+from .ggml import FEATURES as GGML_FEATURES
 from .ggml.lib import available as ggml_problem
 from .numpy.backend import NumpyBackend
 from .vulkan.context import probe
@@ -58,33 +60,32 @@ def choose_backend(requested: str, cache_dir: Path | None = None,
 def fit_to_model(choice: Choice, requested: str, cfg: ModelConfig,
                  cache_dir: Path | None = None) -> Choice:
     """`auto` never keeps a backend that cannot run the loaded model (the Vulkan shaders
-    implement the llama family only): another architecture runs on the CPU, silently."""
+    implement the llama family only; ggml not yet hybrid layers): the model runs on the first
+    CPU backend that implements it."""
     if requested != "auto" or model_problem(choice.backend, cfg) is None:
         return choice
-    return _cpu_choice(cache_dir)
+    return _cpu_choice(cache_dir, cfg)
 
 
 @dataclass
 class Placement:
     """Where each model a process loads runs, and its ring: the process's backend,
     --ring-slots and --evict, fitted per model. `auto` leaves a GPU backend that lacks a
-    model's architecture (one CPU backend is made for all such models), and an asked-for ring
-    never exceeds a model's trained context."""
+    model's architecture (one backend of each kind is made for all such models), and an
+    asked-for ring never exceeds a model's trained context."""
 
     choice: Choice
     requested: str = "auto"
     cache_dir: Path | None = None
     ring_slots: int | None = None
     evict: str = DEFAULT_EVICT  # the rings' eviction policy (--evict)
-    _cpu: Choice | None = field(default=None, repr=False)
+    _fallbacks: dict[str, Choice] = field(default_factory=dict, repr=False)
 
     def backend(self, cfg: ModelConfig) -> Backend:
         fitted = fit_to_model(self.choice, self.requested, cfg, self.cache_dir)
         if fitted is self.choice:
             return self.choice.backend
-        if self._cpu is None:
-            self._cpu = fitted
-        return self._cpu.backend
+        return self._fallbacks.setdefault(fitted.backend.name, fitted).backend
 
     def policy(self, cfg: ModelConfig) -> RingPolicy | None:
         """None lets the conversation size its ring to the model and its memory budget."""
@@ -98,12 +99,18 @@ class Placement:
         return RingPolicy.for_model(cfg, slots=min(self.ring_slots, longest), evict=self.evict)
 
 
-def _cpu_choice(cache_dir: Path | None) -> Choice:
+def _cpu_choice(cache_dir: Path | None, cfg: ModelConfig | None = None) -> Choice:
+    """ggml where it is built and implements `cfg`'s model, else numpy (which runs every
+    model): a numpy forced by the model says so, each time."""
     problem = ggml_problem()
     if problem is None:
-        from .ggml.backend import GgmlBackend  # noqa: PLC0415
+        lacks = None if cfg is None else backend_problem(
+            cfg.features, cfg.architecture, "ggml", GGML_FEATURES)
+        if lacks is None:
+            from .ggml.backend import GgmlBackend  # noqa: PLC0415
 
-        return Choice(GgmlBackend(), None)
+            return Choice(GgmlBackend(), None)
+        return Choice(NumpyBackend(), f"using the numpy reference backend: {lacks}")
     return Choice(NumpyBackend(), _numpy_note(problem, cache_dir))
 
 
