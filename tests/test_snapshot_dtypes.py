@@ -35,9 +35,9 @@ def resealed(data: bytearray, path):
     return path
 
 
-def test_version_2_records_the_element_types(tiny_model, tmp_path) -> None:
+def test_the_current_version_records_the_element_types(tiny_model, tmp_path) -> None:
     _, data = saved(tiny_model, tmp_path)
-    assert struct.unpack_from("<I", data, VERSION_AT)[0] == 2
+    assert struct.unpack_from("<I", data, VERSION_AT)[0] == 3
     assert tuple(data[CODES_AT : CODES_AT + 2]) == (1, 1)  # f32 keys, f32 values
     assert b'"k_dtype":"float32"' in data and b'"v_dtype":"float32"' in data
 
@@ -53,6 +53,25 @@ def test_a_version_1_file_still_restores(tiny_model, tmp_path) -> None:
     n = report.n_active
     np.testing.assert_array_equal(target.arena.views().k_cache[:, :n],
                                   source.arena.views().k_cache[:, :n])
+
+
+def test_a_version_2_file_still_restores(tiny_model, tmp_path) -> None:
+    """Version 3 added layer planes; a model without them writes what version 2 did."""
+    source, data = saved(tiny_model, tmp_path)
+    struct.pack_into("<I", data, VERSION_AT, 2)
+    target = Conversation(tiny_model, POLICY)
+    report = restore(target, resealed(data, tmp_path / "v2.snapshot.bin"))
+    n = report.n_active
+    np.testing.assert_array_equal(target.arena.views().v_cache[:, :n],
+                                  source.arena.views().v_cache[:, :n])
+
+
+def test_a_version_2_file_with_layer_planes_is_refused(tiny_model, tmp_path) -> None:
+    _, data = saved(tiny_model, tmp_path)
+    struct.pack_into("<I", data, VERSION_AT, 2)
+    struct.pack_into("<QQ", data, HEADER.size + 42, 4096, 64)  # planes offset and bytes
+    with pytest.raises(SnapshotCorruptError, match="version 2 with layer planes"):
+        restore(Conversation(tiny_model, POLICY), resealed(data, tmp_path / "x.bin"))
 
 
 def test_unknown_element_codes_are_refused(tiny_model, tmp_path) -> None:

@@ -122,7 +122,7 @@ def test_specific_reasons(good_snapshot, target, tmp_path) -> None:
     version7 = bytearray(good_snapshot)
     version7[4:8] = (7).to_bytes(4, "little")
     reason = refused(bytes(version7), target, tmp_path)
-    assert reason == "version 7 unsupported (this build reads 1 to 2)"
+    assert reason == "version 7 unsupported (this build reads 1 to 3)"
     assert "not a snapshot" in refused(b"GGUF" + good_snapshot[4:], target, tmp_path)
     flipped = bytearray(good_snapshot)
     flipped[len(flipped) // 2] ^= 0x10
@@ -165,7 +165,7 @@ def test_inspect_command_reports_validation(good_snapshot, tmp_path: Path) -> No
     out = subprocess.run([str(channel), "snapshot", "inspect", str(path), "--json"],
                          capture_output=True, text=True, timeout=60)
     report = json.loads(out.stdout)
-    assert out.returncode == 0 and report["valid"] and report["header"]["version"] == 2
+    assert out.returncode == 0 and report["valid"] and report["header"]["version"] == 3
     assert report["header"]["stream_id"] == "01JABCDEFGHJKMNPQRSTVWXYZ0"
     path.write_bytes(good_snapshot[:1000])
     out = subprocess.run([str(channel), "snapshot", "inspect", str(path)],

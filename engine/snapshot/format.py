@@ -8,11 +8,17 @@ Byte layout, all little-endian (docs/snapshot.md has the full table):
     688   identity               -  UTF-8 JSON: model fingerprint, dtypes, geometry, RoPE, policy
     ...   slot metadata          -  clock u64[n], pos i32[n], active u8[n], salience f32[n]
     ...   ring state             -  turn_starts u64[128], sampler_state u64[6], counters u64[8]
-    kv    K slabs, V slabs       -  [L][n][kv_dim] each in their element type, 64-byte aligned
+    kv    K slabs, V slabs       -  [L][n][kv_dim] each in their element type, 64-byte aligned;
+                                    L counts the ring's (FULL) layers
+    ...   layer planes           -  version 3: the state of layers outside the ring, whole
+                                    (window planes in token order, conv carries), 64-aligned
+    end-24  trailer           24 B  b"SNAPSUM\\0" + xxh3-128 of every byte before the trailer
 
 Version 2 added the element codes: a backend may keep keys in f16 (ggml). Version 1 files,
-whose slabs are all f32 and whose code bytes are zero padding, are still read.
-    end-24  trailer           24 B  b"SNAPSUM\\0" + xxh3-128 of every byte before the trailer
+whose slabs are all f32 and whose code bytes are zero padding, are still read. Version 3
+added the layer planes of hybrid models (their offset and size in the body header, their
+names, types and shapes in the identity); a model without such layers writes none, and its
+version 3 file differs from a version 2 one only in the version number.
 
 Every failure to read a file raises a SnapshotError subclass whose message is one line.
 """
@@ -28,15 +34,16 @@ import numpy as np
 
 from ..align import align_up
 from ..errors import ChannelError
-from ..state.arena import MAX_TURN_BOUNDARIES, SAMPLER_WORDS
+from ..model.rope import window_rope_config
+from ..state.arena import LAYER_PLANES, MAX_TURN_BOUNDARIES, SAMPLER_WORDS
 
 if TYPE_CHECKING:
     from ..conversation import Conversation
     from ..model.config import ModelConfig
 
 SNAPSHOT_MAGIC = b"SNAP"
-SNAPSHOT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+SNAPSHOT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 # Element codes of the K and V slabs in the body header; version 1 slabs are f32.
 KV_DTYPES = {1: np.dtype(np.float32), 2: np.dtype(np.float16)}
 MAX_STREAM_ID = 64
@@ -44,8 +51,9 @@ MAX_STREAM_ID = 64
 # because every field already sits at a multiple of its size.
 HEADER = struct.Struct(f"<4sIQIIIIQHH{MAX_STREAM_ID}sI{MAX_TURN_BOUNDARIES}I")
 BODY_MAGIC = b"CHANNEL1"
-# magic, n_active, identity_len, kv_offset, kv_bytes, size, K code, V code (version 2; else 0)
-BODY = struct.Struct("<8sIIQQQBB22x")
+# magic, n_active, identity_len, kv_offset, kv_bytes, size, K code, V code (version 2; else 0),
+# planes offset, planes bytes (version 3; else 0)
+BODY = struct.Struct("<8sIIQQQBBQQ6x")
 TRAILER_MAGIC = b"SNAPSUM\0"
 TRAILER = struct.Struct("<8s16s")
 COUNTER_WORDS = 8
@@ -102,12 +110,15 @@ class Sections:
     kv: int  # K slabs start here, V slabs follow
     k_dtype: np.dtype
     v_dtype: np.dtype
+    planes: int  # the layer planes start here (version 3; == trailer when there are none)
+    planes_bytes: int
     trailer: int
     size: int
 
     @staticmethod
     def plan(n_active: int, n_layers: int, kv_dim: int, identity_len: int,
-             k_dtype: np.dtype = F32, v_dtype: np.dtype = F32) -> Sections:
+             k_dtype: np.dtype = F32, v_dtype: np.dtype = F32,
+             planes_bytes: int = 0) -> Sections:
         at = HEADER.size + BODY.size
         identity = at
         at = align_up(at + identity_len, 8)
@@ -120,10 +131,13 @@ class Sections:
         counters, at = at, at + 8 * COUNTER_WORDS
         kv = align_up(at, KV_ALIGN)
         k_dtype, v_dtype = np.dtype(k_dtype), np.dtype(v_dtype)
-        trailer = kv + n_layers * n_active * kv_dim * (k_dtype.itemsize + v_dtype.itemsize)
+        kv_end = kv + n_layers * n_active * kv_dim * (k_dtype.itemsize + v_dtype.itemsize)
+        planes = align_up(kv_end, KV_ALIGN) if planes_bytes else kv_end
+        trailer = planes + planes_bytes
         return Sections(n_active, n_layers, kv_dim, identity, identity_len, slot_clock,
                         slot_pos, slot_active, slot_salience, turn_starts, sampler_state,
-                        counters, kv, k_dtype, v_dtype, trailer, trailer + TRAILER.size)
+                        counters, kv, k_dtype, v_dtype, planes, planes_bytes, trailer,
+                        trailer + TRAILER.size)
 
     def slab_bytes(self, kind: str) -> int:
         """One layer's K ("k") or V ("v") bytes."""
@@ -132,7 +146,7 @@ class Sections:
 
     @property
     def kv_bytes(self) -> int:
-        return self.trailer - self.kv
+        return self.n_layers * (self.slab_bytes("k") + self.slab_bytes("v"))
 
     def k_slab(self, layer: int) -> int:
         return self.kv + layer * self.slab_bytes("k")
@@ -204,7 +218,8 @@ def dtype_code(dtype: np.dtype) -> int:
 def pack_body(sections: Sections) -> bytes:
     return BODY.pack(BODY_MAGIC, sections.n_active, sections.identity_len, sections.kv,
                      sections.kv_bytes, sections.size, dtype_code(sections.k_dtype),
-                     dtype_code(sections.v_dtype))
+                     dtype_code(sections.v_dtype), sections.planes if sections.planes_bytes
+                     else 0, sections.planes_bytes)
 
 
 def unpack_sections(data: bytes | memoryview, header: Header, actual_size: int) -> Sections:
@@ -212,8 +227,8 @@ def unpack_sections(data: bytes | memoryview, header: Header, actual_size: int) 
     end = HEADER.size + BODY.size
     if actual_size < end:
         raise SnapshotTruncatedError(f"truncated at byte {actual_size} (body header needs {end})")
-    magic, n_active, identity_len, kv, kv_bytes, size, k_code, v_code = BODY.unpack_from(
-        data, HEADER.size)
+    (magic, n_active, identity_len, kv, kv_bytes, size, k_code, v_code, planes,
+     planes_bytes) = BODY.unpack_from(data, HEADER.size)
     if magic != BODY_MAGIC:
         raise SnapshotMagicError(f"unknown snapshot body {bytes(magic)!r}")
     if actual_size < size:
@@ -228,9 +243,12 @@ def unpack_sections(data: bytes | memoryview, header: Header, actual_size: int) 
         k_code = v_code = 1  # version 1 padded these bytes with zeros; its slabs are f32
     if k_code not in KV_DTYPES or v_code not in KV_DTYPES:
         raise SnapshotCorruptError(f"unknown K/V element codes {k_code}/{v_code}")
+    if header.version < 3 and (planes or planes_bytes):
+        raise SnapshotCorruptError(f"version {header.version} with layer planes")
     sections = Sections.plan(n_active, header.num_layers, header.kv_dim, identity_len,
-                             KV_DTYPES[k_code], KV_DTYPES[v_code])
-    if (sections.kv, sections.size, sections.kv_bytes) != (kv, size, kv_bytes):
+                             KV_DTYPES[k_code], KV_DTYPES[v_code], planes_bytes)
+    if (sections.kv, sections.size, sections.kv_bytes) != (kv, size, kv_bytes) or \
+            (planes_bytes and sections.planes != planes):
         raise SnapshotCorruptError("section offsets disagree with the header's geometry")
     return sections
 
@@ -261,7 +279,75 @@ def identity_of(conv: Conversation) -> dict:
         },
         "rope": rope_identity(cfg),
         "max_slots": conv.policy.max_slots,
+        **layers_identity(conv),
     }
+
+
+def layers_identity(conv: Conversation) -> dict:
+    """A hybrid model's per-layer geometry and the planes its layers outside the ring keep
+    (name, element type, shape). Absent for a model whose layers are all in the ring, so its
+    identity is what it was before hybrids (and its older snapshots still restore)."""
+    cfg = conv.model.config
+    if not cfg.hybrid:
+        return {}
+    layers = {"kinds": list(cfg.kinds), "window": cfg.window, "conv_kernel": cfg.conv_kernel}
+    if cfg.window:
+        layers["rope_window"] = rope_identity(window_rope_config(cfg))
+    v = conv.arena.views()
+    planes = [{"name": name, "dtype": getattr(v, name).dtype.str,
+               "shape": list(getattr(v, name).shape)} for name in conv.ring.planes]
+    return {"layers": layers, "planes": planes}
+
+
+@dataclass(frozen=True)
+class PlaneSpec:
+    """One layer plane as a snapshot's identity lists it."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return self.dtype.itemsize * int(np.prod(self.shape, dtype=np.int64))
+
+
+def plane_specs(identity: dict, sections: Sections) -> tuple[PlaneSpec, ...]:
+    """The planes a snapshot holds, checked to fill its planes section exactly."""
+    listed = identity.get("planes", [])
+    specs = []
+    try:
+        for entry in listed:
+            dtype = np.dtype(entry["dtype"])
+            shape = tuple(int(d) for d in entry["shape"])
+            if entry["name"] not in LAYER_PLANES or dtype not in KV_DTYPES.values() or \
+                    any(d < 0 for d in shape):
+                raise ValueError(entry["name"])
+            specs.append(PlaneSpec(entry["name"], dtype, shape))
+    except (KeyError, TypeError, ValueError):
+        raise SnapshotCorruptError("identity lists a layer plane it cannot describe") from None
+    if sum(spec.nbytes for spec in specs) != sections.planes_bytes:
+        raise SnapshotCorruptError(
+            f"layer planes of {sum(s.nbytes for s in specs)} bytes listed, "
+            f"{sections.planes_bytes} stored")
+    return tuple(specs)
+
+
+WINDOW_PLANES = ("kw_cache", "vw_cache")  # circular by clock; saved oldest first
+
+
+def window_to_token_order(plane: np.ndarray, clock: int) -> np.ndarray:
+    """A window plane (layers, window, kv_dim) with its rows oldest first: the circular row
+    of the token stamped c is (c - 1) % window, so the oldest of the newest `window` tokens
+    sits at row clock % window. A copy, so the cut does not change as decoding goes on."""
+    return np.roll(plane, -(clock % plane.shape[1]), axis=1)
+
+
+def window_from_token_order(rows: np.ndarray, clock: int, out: np.ndarray) -> None:
+    """The inverse of window_to_token_order, into the arena's plane `out`."""
+    shift = clock % out.shape[1]
+    np.copyto(out[:, shift:], rows[:, : out.shape[1] - shift])
+    np.copyto(out[:, :shift], rows[:, out.shape[1] - shift :])
 
 
 def rope_identity(cfg: ModelConfig) -> dict:

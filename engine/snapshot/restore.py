@@ -33,6 +33,7 @@ from ..state.arena import (
 )
 from .format import (
     COUNTER_WORDS,
+    WINDOW_PLANES,
     Header,
     Sections,
     SnapshotChecksumError,
@@ -43,9 +44,11 @@ from .format import (
     array_at,
     identity_of,
     parse_identity,
+    plane_specs,
     unpack_header,
     unpack_sections,
     unpack_trailer,
+    window_from_token_order,
 )
 
 
@@ -148,13 +151,31 @@ def check_compatible(snap: ParsedSnapshot, conv: Conversation) -> None:
         raise SnapshotIdentityError(
             f"different ring size (snapshot {h.max_slots} slots, engine {mine['max_slots']})"
         )
-    geometry = mine["geometry"]
-    if (h.num_layers, h.kv_dim) != (geometry["n_layers"], geometry["kv_dim"]):
+    if theirs.get("layers") != mine.get("layers"):
+        raise SnapshotIdentityError(
+            f"different per-layer state (snapshot {_kinds(theirs)}, engine {_kinds(mine)})")
+    geometry, ring_layers = mine["geometry"], conv.model.config.n_full
+    if (h.num_layers, h.kv_dim) != (ring_layers, geometry["kv_dim"]):
         raise SnapshotIdentityError(
             f"different geometry (snapshot {h.num_layers} layers x {h.kv_dim}, engine "
-            f"{geometry['n_layers']} x {geometry['kv_dim']})"
+            f"{ring_layers} x {geometry['kv_dim']})"
         )
+    specs = plane_specs(theirs, snap.sections)
+    expected = [(p["name"], tuple(p["shape"])) for p in mine.get("planes", [])]
+    if [(spec.name, spec.shape) for spec in specs] != expected:
+        raise SnapshotIdentityError(
+            f"different layer planes (snapshot {[s.name for s in specs]}, engine "
+            f"{[name for name, _ in expected]})")
     _check_invariants(snap, geometry["context_length"])
+
+
+def _kinds(identity: dict) -> str:
+    layers = identity.get("layers")
+    if not layers:
+        return "every layer in the ring"
+    kinds = layers.get("kinds", [])
+    return ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds)) + \
+        (f", window {layers.get('window')}" if layers.get("window") else "")
 
 
 def _check_invariants(snap: ParsedSnapshot, context_length: int) -> None:
@@ -219,6 +240,15 @@ def _copy_into(snap: ParsedSnapshot, conv: Conversation) -> None:
     for layer in range(snap.sections.n_layers):
         np.copyto(v.k_cache[layer, :n], snap.slab("k", layer))
         np.copyto(v.v_cache[layer, :n], snap.slab("v", layer))
+    offset = snap.sections.planes
+    for spec in plane_specs(snap.identity, snap.sections):
+        rows = array_at(snap.mapping, offset, spec.dtype, spec.nbytes // spec.dtype.itemsize)
+        rows = rows.reshape(spec.shape)
+        if spec.name in WINDOW_PLANES:
+            window_from_token_order(rows, snap.header.clock, getattr(v, spec.name))
+        else:
+            np.copyto(getattr(v, spec.name), rows)
+        offset += spec.nbytes
     views = conv.arena.invalidate()  # anything holding the old views must not use them now
     conv.sampler.load_state(views)
     conv.last_logits = None  # logits are scratch: the next pass recomputes them

@@ -27,12 +27,14 @@ from ..errors import UnusableFileError
 from ..fileio import create_exclusive, describe_os_error
 from .format import (
     SNAPSHOT_VERSION,
+    WINDOW_PLANES,
     Header,
     Sections,
     identity_bytes,
     identity_of,
     pack_body,
     pack_trailer,
+    window_to_token_order,
 )
 
 WRITE_CHUNK = 1 << 20
@@ -72,6 +74,8 @@ class Cut:
     counters: np.ndarray  # (8,) u64, copied
     k_cache: np.ndarray  # (L, S, kv_dim) live view; rows < n are frozen until the write ends
     v_cache: np.ndarray
+    # Layer planes outside the ring (hybrid models), copied: every token changes them.
+    planes: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def clock(self) -> int:
@@ -86,22 +90,25 @@ def take_cut(conv: Conversation, stream_id: str, session: dict | None = None) ->
     identity["ring_policy"] = conv.policy.as_dict()
     identity["backend"] = conv.backend.name
     identity["session"] = session or {}
-    header = Header(
+    header = Header(  # num_layers: the ring's layers, whose K/V slabs follow
         version=SNAPSHOT_VERSION, clock=ring.clock, num_anchors=ring.n_anchors,
-        num_layers=conv.model.config.n_layers, kv_dim=conv.model.config.kv_dim,
+        num_layers=conv.model.config.n_full, kv_dim=conv.model.config.kv_dim,
         max_slots=conv.policy.max_slots, total_ingested=ring.total_ingested,
         stream_id=stream_id, turn_boundaries=tuple(ring.turn_boundaries()),
     )
-    sections = Sections.plan(n, header.num_layers, header.kv_dim, len(identity_bytes(identity)),
-                             v.k_cache.dtype, v.v_cache.dtype)
     # The arena's own views, or (snapshot_path "staging": device memory the CPU reads slowly)
     # host-cached copies the backend made on the device. Those are reused by the next call,
     # which cannot come before this write ends (a second save is BUSY until then).
-    planes = conv.forward.read_regions(["k_cache", "v_cache"])
-    k_cache, v_cache = planes["k_cache"], planes["v_cache"]
+    regions = conv.forward.read_regions(["k_cache", "v_cache", *ring.planes])
+    planes = {name: (window_to_token_order(regions[name], ring.clock) if name in WINDOW_PLANES
+                     else regions[name].copy()) for name in ring.planes}
+    sections = Sections.plan(n, header.num_layers, header.kv_dim, len(identity_bytes(identity)),
+                             v.k_cache.dtype, v.v_cache.dtype,
+                             sum(plane.nbytes for plane in planes.values()))
     return Cut(header, identity, sections, v.slot_clock[:n].copy(), v.slot_pos[:n].copy(),
                v.slot_active[:n].copy(), v.slot_salience[:n].copy(), v.turn_starts.copy(),
-               v.sampler_state.copy(), v.ring_counters.copy(), k_cache, v_cache)
+               v.sampler_state.copy(), v.ring_counters.copy(), regions["k_cache"],
+               regions["v_cache"], planes)
 
 
 def tmp_path_for(path: Path) -> Path:
@@ -181,6 +188,10 @@ class SnapshotWriter:
         for cache in (cut.k_cache, cut.v_cache):
             for layer in range(s.n_layers):
                 self._write(cache[layer, :n])  # contiguous rows straight from the arena
+        if cut.planes:
+            self._pad_to(s.planes)
+            for plane in cut.planes.values():  # in the order the identity lists them
+                self._write(np.ascontiguousarray(plane))
 
     def commit(self) -> int:
         self._advance("slabs", "committed", "commit")
