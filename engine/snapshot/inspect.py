@@ -29,6 +29,7 @@ def inspect_snapshot(path: Path, model: Model | None = None) -> dict:
         }
         report["active_slots"] = snap.sections.n_active
         report["kv_bytes"] = snap.sections.kv_bytes
+        report["planes_bytes"] = snap.sections.planes_bytes  # hybrid layers' state (v3)
         report["identity"] = snap.identity
         report["checksum"] = "ok"
         if model is not None:
@@ -57,6 +58,8 @@ def render_inspection(report: dict) -> str:
     if "active_slots" in report:
         lines.append(f"  {'active_slots':<20} {report['active_slots']}")
         lines.append(f"  {'kv_bytes':<20} {report['kv_bytes']:,}")
+        if report.get("planes_bytes"):
+            lines.append(f"  {'planes_bytes':<20} {report['planes_bytes']:,}")
     identity = report.get("identity", {})
     for key in ("model_name", "model_fingerprint", "k_dtype", "v_dtype", "max_slots",
                 "backend"):
