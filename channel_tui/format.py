@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 
-def plural(n: int, word: str) -> str:
-    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
+def plural(n: int, word: str, words: str | None = None) -> str:
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {words or word + 's'}"
 
 
 def ms(value: float | None) -> str:
@@ -72,12 +72,28 @@ def phase_line(event: dict) -> str:
     if event.get("snapshot_bytes"):
         parts.append(f"snapshot {size(event['snapshot_bytes'])}")
     if event.get("ring_slots"):
+        state = event.get("layer_state")
         about = [f"{size(event['kv_bytes'])} K/V"] if event.get("kv_bytes") else []
+        if state:
+            about.append(f"{size(state['plane_bytes'])} in the other layers")
         if event.get("context_length"):
             about.append(f"model context {event['context_length']:,}")
-        parts.append(f"ring {event['ring_slots']:,} slots" +
+        parts.append(f"ring {event['ring_slots']:,} slots" + layer_state(state) +
                      (f" ({', '.join(about)})" if about else ""))
     return " · ".join(parts)
+
+
+def layer_state(state: dict | None) -> str:
+    """A hybrid model's layers, after the ring's size: ` on 3 global layers, 512-token
+    windows on 15, 2 conv carries`; empty for a model whose layers are all in the ring."""
+    if not state:
+        return ""
+    parts = [f" on {plural(state['ring_layers'], 'global layer')}"]
+    if state.get("window_layers"):
+        parts.append(f"{state['window']:,}-token windows on {state['window_layers']}")
+    if state.get("conv_layers"):
+        parts.append(plural(state["conv_layers"], "conv carry", "conv carries"))
+    return ", ".join(parts)
 
 
 def replay_line(done: int, total: int, rate: float | None) -> str:

@@ -149,3 +149,13 @@ def test_status_bar_names_the_eviction_policy_only_when_it_is_not_the_default() 
     assert "evicts by" not in shown(policy="turns", policy_is_default=True)
     assert "evicts by h2o" in shown(policy="h2o", policy_is_default=False)
     assert "evicts by" not in shown()  # an engine that says nothing of its policy
+
+
+def test_a_hybrid_model_says_what_each_kind_of_layer_keeps() -> None:
+    event = {"ring_slots": 4096, "kv_bytes": 25_000_000, "layer_state": {
+        "ring_layers": 3, "window_layers": 15, "window": 512, "conv_layers": 2,
+        "plane_bytes": 16_000_000}}
+    assert fmt.phase_line(event) == ("ring 4,096 slots on 3 global layers, 512-token windows "
+                                     "on 15, 2 conv carries (25 MB K/V, 16 MB in the other "
+                                     "layers)")
+    assert "global" not in fmt.phase_line({"ring_slots": 4096})

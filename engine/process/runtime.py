@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..model.architecture import CONV, WINDOW
 from ..session.replay import is_marker, retracted_ids
 from ..session.session import BootReport, Session
 from ..snapshot.writer import SaveResult
@@ -116,10 +117,15 @@ def boot_fields(report: BootReport) -> dict:
 def ring_size_fields(conv) -> dict:
     """How large the session's ring is: its slots, the model's trained context that bounds
     them, and the bytes its keys and values take (RingPolicy.for_model)."""
-    views = conv.arena.views()
-    return {"ring_slots": conv.policy.max_slots,
-            "context_length": conv.model.config.context_length,
-            "kv_bytes": int(views.k_cache.nbytes + views.v_cache.nbytes)}
+    views, cfg = conv.arena.views(), conv.model.config
+    fields = {"ring_slots": conv.policy.max_slots, "context_length": cfg.context_length,
+              "kv_bytes": int(views.k_cache.nbytes + views.v_cache.nbytes)}
+    if cfg.hybrid:  # what each kind of layer keeps (docs/memory.md)
+        fields["layer_state"] = {
+            "ring_layers": cfg.n_full, "window_layers": len(cfg.layers_of(WINDOW)),
+            "window": cfg.window, "conv_layers": len(cfg.layers_of(CONV)),
+            "plane_bytes": sum(int(getattr(views, name).nbytes) for name in conv.ring.planes)}
+    return fields
 
 
 def save_fields(result: SaveResult) -> dict:
