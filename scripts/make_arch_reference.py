@@ -22,9 +22,11 @@ scaling), linear RoPE scaling and Qwen3's key_length. Those are given to it expl
 from __future__ import annotations
 
 import functools
+import io
 import json
 import os
 import sys
+import zipfile
 from pathlib import Path
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # read before transformers is imported
@@ -41,6 +43,7 @@ from tests.tiny_model import (  # noqa: E402
     LLAMA3_SCALING,
     TinySpec,
     copy_tokenizer,
+    gemma_tokenizer,
     write_tiny_gguf,
 )
 
@@ -61,6 +64,15 @@ FIXTURES: dict[str, tuple[TinySpec, str, dict]] = {
     "qwen3": (TinySpec(architecture="qwen3", head_dim=32, rope_theta=1e6), "qwen2",
               {"head_dim": 32}),
     "phi3": (TinySpec(architecture="phi3", tied=False, n_kv_heads=4), "phi-3", {}),
+    # Five window layers (8 tokens, so windows slide within the input) to one global layer
+    # with linear RoPE scaling, as Gemma 3 4B+ has; wide heads. Untied: random tied
+    # embeddings, scaled by sqrt(d_model), make every greedy step repeat one token. The GGUF
+    # carries neither query_pre_attn_scalar (llama.cpp: head_dim) nor, for HF, the global
+    # layers' scaling.
+    "gemma3": (TinySpec(architecture="gemma3", n_layers=6, head_dim=32, rope_theta=1e6,
+                        sliding_window=8, rope_linear_factor=8.0, tied=False), "gemma3",
+               {"query_pre_attn_scalar": 32,
+                "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0}}}),
 }
 # Each family's turn format, as its real templates render a plain conversation (the real
 # ones add tool calls and reasoning branches; this is what a chat without them renders).
@@ -77,6 +89,8 @@ MISTRAL = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'assistant'
 PHI3 = ("{% for m in messages %}{{ '<|' + m['role'] + '|>\\n' + m['content'] + '<|end|>\\n' }}"
         "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}")
 TEMPLATES = {"llama-bpe": LLAMA3, "llama-spm": MISTRAL, "qwen2": CHATML, "phi-3": PHI3}
+# Vocabularies made from another fixture's (no such vocabulary can be fetched offline).
+DERIVED_VOCABULARIES = {"gemma3": ("llama-spm", gemma_tokenizer)}
 WEIGHT_TYPE = QT.Q8_0  # quantized like real files; both sides dequantize with gguf-py
 
 
@@ -93,6 +107,9 @@ def hf_model(path: Path, patch: dict) -> torch.nn.Module:
     for key, value in patch.items():
         if key == "rope_scaling":  # transformers 5 keeps RoPE settings in rope_parameters
             config.rope_parameters = {**config.rope_parameters, **value}
+        elif key == "rope_parameters":  # per layer type (Gemma 3: full and sliding attention)
+            for layer_type, params in value.items():
+                config.rope_parameters[layer_type].update(params)
         else:
             setattr(config, key, value)
     if (getattr(config, "pad_token_id", None) or 0) >= config.vocab_size:
@@ -124,6 +141,18 @@ def reference(path: Path, patch: dict, vocab: int, seed: int) -> dict[str, np.nd
             "greedy_margin": np.asarray(margins, np.float32)}
 
 
+def save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """np.savez_compressed's file, minus its clock: every entry is dated 1980-01-01, so
+    regenerating the same values writes the same bytes."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for key, value in arrays.items():
+            buffer = io.BytesIO()
+            np.lib.format.write_array(buffer, np.asanyarray(value), allow_pickle=False)
+            info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, buffer.getvalue())
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     arrays: dict[str, np.ndarray] = {}
@@ -132,9 +161,14 @@ def main() -> None:
         spec = TinySpec(**{**spec.__dict__, "tensor_type": WEIGHT_TYPE, "seed": seed,
                            "context_length": 128})
         path = OUT / f"{name}.gguf"
-        source = VOCAB / f"{vocab_kind}.gguf"
-        tokenizer = functools.partial(tokenizer_with_template, source=source,
-                                      template=TEMPLATES[vocab_kind])
+        if vocab_kind in DERIVED_VOCABULARIES:
+            base, derive = DERIVED_VOCABULARIES[vocab_kind]
+            source = VOCAB / f"{base}.gguf"
+            tokenizer = functools.partial(derive, source=source)
+        else:
+            source = VOCAB / f"{vocab_kind}.gguf"
+            tokenizer = functools.partial(tokenizer_with_template, source=source,
+                                          template=TEMPLATES[vocab_kind])
         if not source.is_file():
             print(f"note: {source} missing; {name} gets the tiny byte vocabulary", file=sys.stderr)
             tokenizer, vocab_kind = None, "tiny"
@@ -146,7 +180,7 @@ def main() -> None:
         index[name] = {"architecture": spec.architecture, "vocabulary": vocab_kind,
                        "vocab_size": vocab, "bytes": path.stat().st_size, "hf_config": patch}
         print(f"{name}: {path.stat().st_size} bytes, vocab {vocab}", file=sys.stderr)
-    np.savez_compressed(OUT / "reference.npz", **arrays)
+    save_npz(OUT / "reference.npz", arrays)
     meta = {"transformers": transformers.__version__, "torch": torch.__version__,
             "n_input": N_INPUT, "n_greedy": N_GREEDY, "fixtures": index}
     (OUT / "index.json").write_text(json.dumps(meta, indent=1) + "\n")

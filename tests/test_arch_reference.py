@@ -18,7 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from engine.backends import problems_running
 from engine.conversation import Conversation
+from engine.errors import UnsupportedArchitectureError
 from engine.model.model import load_model
 from engine.state.ring_policy import RingPolicy
 from engine.tools.doctor import diagnose
@@ -31,6 +33,12 @@ INDEX = json.loads((FIXTURES / "index.json").read_text())["fixtures"]
 NAMES = sorted(INDEX)
 POLICY = RingPolicy(max_slots=64, recent_window=8, evict_batch=4, prefill_chunk=8)
 ATOL_NUMPY = 1e-3  # both sides are f32 over the same dequantized weights
+NUMPY_ONLY = ("gemma3",)  # architectures only the numpy backend implements
+# Snapshot format v2 saves the ring's planes only, not the window planes: a warm boot of
+# these waits for format v3, written in parallel (issue 27).
+WARM_BOOT_PENDING = ("gemma3",)
+CHAT_CASES = [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason="snapshot v3"))
+              if INDEX[name]["architecture"] in WARM_BOOT_PENDING else name for name in NAMES]
 # ggml rounds each product's input to 8-bit blocks for Q8_0 weights and keeps keys in f16;
 # tests/test_ggml_parity.py measured up to 1.5% of the largest logit on tiny models.
 REL_GGML = 3e-2
@@ -70,6 +78,12 @@ def greedy(model, ids: list[int], n: int, backend=None) -> list[int]:
     return out
 
 
+def refusal(model, backend: str) -> str | None:
+    """Why `backend` refuses the fixture's model (the architecture table's words), or None:
+    ggml lacks Gemma's block, numpy runs it."""
+    return problems_running(model.config.features, model.config.architecture)[backend]
+
+
 def check_close(got: np.ndarray, ref: dict, name: str, atol: float) -> None:
     subset = ref[f"{name}/subset"]
     np.testing.assert_allclose(got[:, subset], ref[f"{name}/subset_logits"], atol=atol, rtol=0)
@@ -105,15 +119,19 @@ def test_numpy_greedy_matches_transformers(arch_model, reference) -> None:
     assert greedy(model, ids, len(want)) == want
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", CHAT_CASES)
 def test_channel_chat_runs_every_architecture(tmp_path, name) -> None:
     """The whole product path on each fixture: the CLI, its tokenizer and chat template, a
-    turn, the reply's end-of-generation token, and a warm second turn from the snapshot."""
+    turn, the reply's end-of-generation token, and a warm second turn from the snapshot.
+    A fixture ggml cannot run is asked of numpy by name."""
+    ggml_runs = INDEX[name]["architecture"] not in NUMPY_ONLY
+    backend = [] if ggml_runs else ["--backend", "numpy"]
+
     def chat(text: str) -> dict:
         proc = subprocess.run(
             [sys.executable, "-m", "channel_cli.cli", "chat", "--json", "--max-tokens", "6",
              "--model", str(FIXTURES / f"{name}.gguf"), "--data-dir", str(tmp_path / "data"),
-             "--cache-dir", str(tmp_path / "cache"), text],
+             "--cache-dir", str(tmp_path / "cache"), *backend, text],
             capture_output=True, text=True, cwd=REPO, timeout=300)
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout)
@@ -134,6 +152,11 @@ def ggml_backend():
 
 def test_ggml_matches_transformers(arch_model, reference, ggml_backend) -> None:
     name, model = arch_model
+    if refusal(model, "ggml") is not None:
+        with pytest.raises(UnsupportedArchitectureError, match="does not implement") as exc:
+            Conversation(model, POLICY, backend=ggml_backend)
+        assert str(exc.value) == f"{refusal(model, 'ggml')}; use --backend numpy"
+        return
     ids = [int(t) for t in reference[f"{name}/ids"]]
     want = reference[f"{name}/subset_logits"]
     atol = REL_GGML * float(np.abs(want).max())
@@ -148,6 +171,8 @@ def test_ggml_greedy_matches_transformers(arch_model, reference, ggml_backend) -
     """Equal, or parting only where transformers' own top two logits were closer than the
     tolerance above (random tiny models have near-ties that 8-bit rounding may flip)."""
     name, model = arch_model
+    if refusal(model, "ggml") is not None:
+        pytest.skip("ggml refuses this architecture (test_ggml_matches_transformers)")
     ids = [int(t) for t in reference[f"{name}/ids"]]
     want = [int(t) for t in reference[f"{name}/greedy"]]
     got = greedy(model, ids, len(want), ggml_backend)
@@ -171,9 +196,10 @@ def test_vulkan_runs_the_llama_family_and_refuses_the_rest(arch_model, reference
             Conversation(model, POLICY, backend=vk_backend)
         # The same words `channel doctor` says for this file: one support function.
         doctor = diagnose(model.path, model.path.parent, model.path.parent)
-        assert str(exc.value) == f"{doctor['model']['backends']['vulkan']}; use --backend ggml"
+        cpu = "ggml" if refusal(model, "ggml") is None else "numpy"
+        assert str(exc.value) == f"{doctor['model']['backends']['vulkan']}; use --backend {cpu}"
         assert doctor["model"]["backends"]["numpy"] is None
-        assert doctor["model"]["backends"]["ggml"] is None
+        assert doctor["model"]["backends"]["ggml"] == refusal(model, "ggml")
         return
     got = decode_logits(model, ids, vk_backend)
     check_close(got, reference, name, ATOL_NUMPY)

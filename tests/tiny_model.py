@@ -45,6 +45,7 @@ class TinySpec:
     head_dim: int = 0  # 0: d_model / n_heads; else written as attention.key_length (qwen3)
     rope_freq_factors: bool = False  # a Llama 3 style rope_freqs.weight tensor
     rope_linear_factor: float = 0.0  # linear RoPE scaling factor (0: none)
+    sliding_window: int = 0  # written as attention.sliding_window when set (gemma3's layers)
 
     @property
     def hd(self) -> int:
@@ -157,6 +158,7 @@ def tensor_shapes(spec: TinySpec, vocab: int) -> dict[str, tuple[int, ...]]:
         "attn_qkv.weight": (q + 2 * kv, d), "attn_output.weight": (d, q),
         "attn_q.bias": (q,), "attn_k.bias": (kv,), "attn_v.bias": (kv,),
         "attn_q_norm.weight": (hd,), "attn_k_norm.weight": (hd,),
+        "post_attention_norm.weight": (d,), "post_ffw_norm.weight": (d,),
         "ffn_gate.weight": (f, d), "ffn_down.weight": (d, f),
         "ffn_up.weight": (2 * f, d) if arch.fused_gate_up else (f, d),
     }
@@ -187,6 +189,8 @@ def write_tiny_gguf(path: Path, spec: TinySpec = TinySpec(),
     if spec.rope_linear_factor:
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(spec.rope_linear_factor)
+    if spec.sliding_window:
+        w.add_sliding_window(spec.sliding_window)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(hd)
     w.add_vocab_size(vocab)
@@ -231,4 +235,86 @@ def _add_tiny_tokenizer(w: gguf.GGUFWriter) -> int:
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     w.add_chat_template(CHATML)
+    return len(tokens)
+
+
+# Gemma 3's chat template (google/gemma-3-*-it): a system message is folded into the first
+# user turn, the assistant's role is "model", and every turn ends with <end_of_turn>.
+GEMMA3_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- if messages[0]['role'] == 'system' -%}"
+    "{%- if messages[0]['content'] is string -%}"
+    "{%- set first_user_prefix = messages[0]['content'] + '\\n\\n' -%}"
+    "{%- else -%}"
+    "{%- set first_user_prefix = messages[0]['content'][0]['text'] + '\\n\\n' -%}"
+    "{%- endif -%}"
+    "{%- set loop_messages = messages[1:] -%}"
+    "{%- else -%}"
+    "{%- set first_user_prefix = \"\" -%}"
+    "{%- set loop_messages = messages -%}"
+    "{%- endif -%}"
+    "{%- for message in loop_messages -%}"
+    "{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}"
+    "{{ raise_exception(\"Conversation roles must alternate user/assistant/user/assistant/...\") }}"
+    "{%- endif -%}"
+    "{%- if (message['role'] == 'assistant') -%}"
+    "{%- set role = \"model\" -%}"
+    "{%- else -%}"
+    "{%- set role = message['role'] -%}"
+    "{%- endif -%}"
+    "{{ '<start_of_turn>' + role + '\\n' + (first_user_prefix if loop.first else \"\") }}"
+    "{%- if message['content'] is string -%}"
+    "{{ message['content'] | trim }}"
+    "{%- elif message['content'] is iterable -%}"
+    "{%- for item in message['content'] -%}"
+    "{%- if item['type'] == 'image' -%}"
+    "{{ '<start_of_image>' }}"
+    "{%- elif item['type'] == 'text' -%}"
+    "{{ item['text'] | trim }}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- else -%}"
+    "{{ raise_exception(\"Invalid content type\") }}"
+    "{%- endif -%}"
+    "{{ '<end_of_turn>\\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "{{'<start_of_turn>model\\n'}}"
+    "{%- endif -%}"
+)
+# Gemma's first ids (pad, eos, bos, unk) and the turn markers, as its GGUFs declare them.
+GEMMA_SPECIALS = [("<pad>", 3), ("<eos>", 3), ("<bos>", 3), ("<unk>", 2)]
+GEMMA_TURN_MARKERS = ["<start_of_turn>", "<end_of_turn>"]
+
+
+def gemma_tokenizer(writer: gguf.GGUFWriter, source: Path) -> int:
+    """A Gemma-style SentencePiece tokenizer from the SentencePiece fixture `source`: its
+    <unk>, <s>, </s> give way to Gemma's <pad>, <eos>, <bos>, <unk> (ids 0-3), its pieces
+    follow, then <start_of_turn> and <end_of_turn>; add_bos on, no space prefix (as
+    llama.cpp's converter writes Gemma 3), and Gemma 3's chat template. Returns the size."""
+    reader = gguf.GGUFReader(source, "r")
+
+    def values(key: str) -> list:
+        return field_value(reader.fields[key])[0]
+
+    pieces = values("tokenizer.ggml.tokens")[3:]  # past <unk>, <s>, </s>
+    tokens = [name.encode() for name, _ in GEMMA_SPECIALS] + pieces + [
+        name.encode() for name in GEMMA_TURN_MARKERS]
+    types = [kind for _, kind in GEMMA_SPECIALS] + list(values("tokenizer.ggml.token_type")[3:])
+    types += [3] * len(GEMMA_TURN_MARKERS)
+    scores = [0.0] * len(GEMMA_SPECIALS) + list(values("tokenizer.ggml.scores")[3:])
+    scores += [0.0] * len(GEMMA_TURN_MARKERS)
+    writer.add_tokenizer_model("llama")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_scores(scores)
+    writer.add_pad_token_id(0)
+    writer.add_eos_token_id(1)
+    writer.add_bos_token_id(2)
+    writer.add_unk_token_id(3)
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+    writer.add_add_space_prefix(False)
+    writer.add_chat_template(GEMMA3_TEMPLATE)
     return len(tokens)

@@ -1,6 +1,6 @@
 """What each supported architecture is: one table entry per GGUF `general.architecture`.
 
-Every supported model is a pre-norm decoder (RMSNorm before attention and before the SwiGLU
+Every supported model is a pre-norm decoder (RMSNorm before attention and before the gated
 feed-forward, residual adds after each) with rotary positions and grouped-query attention.
 What differs between architectures is listed here, in the spirit of gguf-py's MODEL_TENSORS:
 the config, the weight loaders, every backend's forward pass and the snapshot identity read
@@ -18,6 +18,7 @@ a model needs it in `needed_features`, and add it to the backends that implement
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,19 @@ class Architecture:
     # The GGUF's `attention.sliding_window` is a converter's artefact, not how the model runs:
     # phi3's converters record one that llama.cpp ignores (llama.cpp PR 13676); so do we.
     ignores_sliding_window: bool = False
+    # Gemma's block: RMSNorm of the attention and of the feed-forward output before each
+    # residual add (post_attention_norm, post_ffw_norm; ffn_norm stays the pre-norm).
+    post_norms: bool = False
+    geglu: bool = False  # the feed-forward gate is GELU (tanh approximation), not SiLU
+    embed_scale: bool = False  # token embeddings are multiplied by sqrt(d_model)
+    # Sliding-window layers laid out as llama.cpp's set_swa_pattern(n): every n-th layer
+    # attends globally (FULL), the others see the newest `attention.sliding_window` tokens
+    # (WINDOW) with RoPE base `swa_rope_base` and no RoPE scaling. 0: no such layers.
+    swa_pattern: int = 0
+    swa_rope_base: float = 0.0
+    # Block counts whose queries are scaled by 1/sqrt(d_model / n_heads), not 1/sqrt(head_dim):
+    # the GGUF does not carry query_pre_attn_scalar, so llama.cpp keys it on the model size.
+    width_scaled_queries_at: frozenset[int] = frozenset()
 
     def layer_tensors(self, i: int) -> list[str]:
         """The GGUF tensors layer i must have, and the only ones it may have."""
@@ -59,6 +73,8 @@ class Architecture:
             names += ["attn_q.bias", "attn_k.bias", "attn_v.bias"]
         if self.qk_norm:
             names += ["attn_q_norm.weight", "attn_k_norm.weight"]
+        if self.post_norms:
+            names += ["post_attention_norm.weight", "post_ffw_norm.weight"]
         return [blk + name for name in names]
 
     def model_tensors(self, n_layers: int, tied: bool, has_rope_freqs: bool) -> list[str]:
@@ -81,6 +97,11 @@ ARCHITECTURES: dict[str, Architecture] = {
         Architecture("qwen3", SPLIT_HALF, qk_norm=True),  # Qwen3 dense
         Architecture("phi3", SPLIT_HALF, fused_qkv=True, fused_gate_up=True,  # Phi-3, Phi-4
                      ignores_sliding_window=True),
+        # Gemma 3 (270M-27B; text only): five local layers (window 512 or 1024, RoPE base
+        # 10,000) to one global; 27B's query_pre_attn_scalar is d_model / n_heads (168).
+        Architecture("gemma3", SPLIT_HALF, qk_norm=True, post_norms=True, geglu=True,
+                     embed_scale=True, swa_pattern=6, swa_rope_base=10000.0,
+                     width_scaled_queries_at=frozenset({62})),
     )
 }
 
@@ -88,7 +109,6 @@ ARCHITECTURES: dict[str, Architecture] = {
 NOT_YET: dict[str, str] = {
     "gemma": "embedding scaling and GeGLU are not implemented",
     "gemma2": "sliding-window layers, logit soft-capping and post-norms are not implemented",
-    "gemma3": "sliding-window layers, post-norms and QK-norm with GeGLU are not implemented",
     "mistral3": "the Mistral 3 vision-language layout is not implemented",
     "phi2": "partial rotary and biased LayerNorm are not implemented",
     "qwen2moe": "mixture-of-experts layers are not implemented",
@@ -115,12 +135,18 @@ FEATURES: dict[str, str] = {
     "fused_qkv": "fused QKV",
     "fused_gate_up": "fused gate/up",
     "wide_heads": "heads wider than d_model / n_heads",
+    "window_layers": "sliding-window layers",
+    "post_norms": "post-norms",
+    "geglu": "GeGLU",
+    "embed_scale": "embedding scaling",
 }
 ALL_FEATURES = frozenset(FEATURES)
 
 
-def needed_features(arch: Architecture, q_dim: int, d_model: int) -> frozenset[str]:
-    """The FEATURES a model of `arch` with this geometry needs of a forward pass."""
+def needed_features(arch: Architecture, q_dim: int, d_model: int,
+                    window_layers: bool = False) -> frozenset[str]:
+    """The FEATURES a model of `arch` with this geometry (and WINDOW layers, if it has
+    them) needs of a forward pass."""
     needs = {
         "split_half_rope": arch.rope_style == SPLIT_HALF,
         "qkv_bias": arch.qkv_bias,
@@ -128,6 +154,10 @@ def needed_features(arch: Architecture, q_dim: int, d_model: int) -> frozenset[s
         "fused_qkv": arch.fused_qkv,
         "fused_gate_up": arch.fused_gate_up,
         "wide_heads": q_dim != d_model,
+        "window_layers": window_layers,
+        "post_norms": arch.post_norms,
+        "geglu": arch.geglu,
+        "embed_scale": arch.embed_scale,
     }
     return frozenset(name for name, needed in needs.items() if needed)
 
@@ -151,7 +181,26 @@ def metadata_features(get: Metadata) -> frozenset[str]:
     name = get("general.architecture")
     heads, d_model = get(f"{name}.attention.head_count"), get(f"{name}.embedding_length")
     head_dim = get(f"{name}.attention.key_length") or (d_model // heads if heads else 0)
-    return needed_features(ARCHITECTURES[name], (heads or 0) * head_dim, d_model or 0)
+    arch = ARCHITECTURES[name]
+    windowed = bool(arch.swa_pattern and (get(f"{name}.attention.sliding_window") or 0) > 0)
+    return needed_features(arch, (heads or 0) * head_dim, d_model or 0, windowed)
+
+
+def swa_layer_kinds(arch: Architecture, n_layers: int, window: int) -> tuple[str, ...]:
+    """Each layer's kind under the architecture's sliding-window pattern (llama.cpp's
+    set_swa_pattern: layer i is global when i % n == n - 1); () when it has none."""
+    if not arch.swa_pattern or window <= 0:
+        return ()
+    n = arch.swa_pattern
+    return tuple(FULL if i % n == n - 1 else WINDOW for i in range(n_layers))
+
+
+def query_scale(arch: Architecture, n_layers: int, d_model: int, n_heads: int,
+                head_dim: int) -> float:
+    """What queries are multiplied by before q.k."""
+    if n_layers in arch.width_scaled_queries_at:
+        return 1.0 / math.sqrt(d_model // n_heads)
+    return 1.0 / math.sqrt(head_dim)
 
 
 def supported_names() -> str:
@@ -171,7 +220,8 @@ def support_problem(get: Metadata, tensor_names: Collection[str]) -> str | None:
     numbers = {}
     for key, default in (("expert_count", 0), ("rope.scaling.factor", 0.0),
                          ("rope.scaling.attn_factor", 1.0), ("attention.sliding_window", 0),
-                         ("block_count", 0)):
+                         ("block_count", 0), ("attn_logit_softcapping", 0.0),
+                         ("final_logit_softcapping", 0.0)):
         value = get(f"{name}.{key}")
         if value is not None and (isinstance(value, bool) or
                                   not isinstance(value, (int, float))):
@@ -185,8 +235,12 @@ def support_problem(get: Metadata, tensor_names: Collection[str]) -> str | None:
     if numbers["rope.scaling.attn_factor"] != 1.0:
         return (f"{name}: RoPE attention factor {numbers['rope.scaling.attn_factor']} "
                 f"is not implemented")
+    if numbers["attn_logit_softcapping"] or numbers["final_logit_softcapping"]:
+        return f"{name}: logit soft-capping is not implemented"
     window = numbers["attention.sliding_window"]
-    if 0 < window < SLIDING_WINDOW_IGNORED_FROM and not arch.ignores_sliding_window:
+    # Architectures with a sliding-window pattern run their windows as WINDOW layers.
+    runs_windows = arch.ignores_sliding_window or arch.swa_pattern > 0
+    if 0 < window < SLIDING_WINDOW_IGNORED_FROM and not runs_windows:
         # Rebase keeps every position in the ring within the ring's length of the newest.
         return f"{name}: sliding-window attention ({window} tokens) is not implemented"
     names = set(tensor_names)
@@ -197,6 +251,9 @@ def support_problem(get: Metadata, tensor_names: Collection[str]) -> str | None:
     n_layers = int(numbers["block_count"])
     if n_layers <= 0:
         return f"{name}: metadata lacks '{name}.block_count'"
+    kinds = swa_layer_kinds(arch, n_layers, int(window))
+    if kinds and FULL not in kinds:  # the ring would hold no layer's keys
+        return f"{name}: {n_layers} sliding-window layers and no global one are not implemented"
     expected = arch.model_tensors(n_layers, "output.weight" not in names,
                                   "rope_freqs.weight" in names)
     missing = [n for n in expected if n not in names]

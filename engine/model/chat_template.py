@@ -153,7 +153,9 @@ class ChatTemplate:
         # not reach into the sentinel, or a default prompt ending like it would be cut short.
         shared = min(_common_suffix_len(with_system, without), len(tail))
         injected = without[: len(without) - shared]
-        if not injected:
+        # Nothing beyond the opening the system message was written into: a template that
+        # folds the system message into the first user turn (Gemma's) adds none of its own.
+        if not injected or prefix.startswith(injected):
             return None
         unshared_close = tail[: len(tail) - shared]
         if injected.startswith(prefix):

@@ -12,6 +12,7 @@ from .architecture import (
     WINDOW,
     Architecture,
     needed_features,
+    query_scale,
 )
 
 
@@ -83,7 +84,12 @@ class ModelConfig:
     @property
     def features(self) -> frozenset[str]:
         """What a backend's forward pass must implement to run this model."""
-        return needed_features(self.arch, self.q_dim, self.d_model)
+        return needed_features(self.arch, self.q_dim, self.d_model, WINDOW in self.kinds)
+
+    @property
+    def q_scale(self) -> float:
+        """What queries are multiplied by before q.k (1/sqrt(head_dim) in most models)."""
+        return query_scale(self.arch, self.n_layers, self.d_model, self.n_heads, self.head_dim)
 
     @classmethod
     def from_dict(cls, record: dict) -> ModelConfig:

@@ -18,7 +18,7 @@ from ..errors import (
     UnsupportedArchitectureError,
     UnsupportedTensorTypeError,
 )
-from .architecture import ARCHITECTURES, support_problem
+from .architecture import ARCHITECTURES, support_problem, swa_layer_kinds
 from .config import ModelConfig
 
 GGUF_MAGIC = b"GGUF"
@@ -137,12 +137,16 @@ def _config_from_metadata(get, tensors: dict[str, ReaderTensor], path: Path) -> 
             f"dimensions (partial rotary or unequal K/V heads) are not implemented: {path}")
     factor = float(opt("rope.scaling.factor", 0.0))
     linear = opt("rope.scaling.type", "linear") == "linear" and factor not in (0.0, 1.0)
+    n_layers = int(need("block_count"))
+    window = int(opt("attention.sliding_window", 0))
+    # Where the architecture runs its window as WINDOW layers, the ring is not capped by it.
+    kinds = swa_layer_kinds(ARCHITECTURES[arch], n_layers, window)
     factors = ()
     if "rope_freqs.weight" in tensors:
         factors = tuple(float(x) for x in np.asarray(tensors["rope_freqs.weight"].data,
                                                      np.float32))
     config = ModelConfig(
-        n_layers=int(need("block_count")),
+        n_layers=n_layers,
         d_model=d_model,
         n_heads=n_heads,
         n_kv_heads=int(opt("attention.head_count_kv", n_heads)),
@@ -158,8 +162,10 @@ def _config_from_metadata(get, tensors: dict[str, ReaderTensor], path: Path) -> 
         rope_freq_factors=factors,
         # Rebase keeps the ring's positions within its length, so a ring no longer than the
         # window is exact. A window the architecture ignores (phi3's) is not recorded.
-        sliding_window=0 if ARCHITECTURES[arch].ignores_sliding_window
-        else int(opt("attention.sliding_window", 0)),
+        sliding_window=0 if ARCHITECTURES[arch].ignores_sliding_window or kinds else window,
+        layer_kinds=kinds,
+        window=window if kinds else 0,
+        rope_theta_window=ARCHITECTURES[arch].swa_rope_base if kinds else 0.0,
     )
     if n_heads <= 0 or config.n_kv_heads <= 0 or config.n_heads % config.n_kv_heads:
         raise UnsupportedArchitectureError(

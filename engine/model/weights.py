@@ -54,6 +54,8 @@ class LayerWeights:
     bqkv: np.ndarray | None = None  # (q_dim + 2*kv_dim,) when the architecture has QKV bias
     q_norm: np.ndarray | None = None  # (head_dim,) per-head RMSNorm weights (QK-norm)
     k_norm: np.ndarray | None = None  # (head_dim,)
+    post_attn_norm: np.ndarray | None = None  # (d_model,) where the architecture has post-norms
+    post_ffn_norm: np.ndarray | None = None  # (d_model,)
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,9 @@ def image_plan(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
         if cfg.arch.qk_norm:
             plan[f"blk.{i}.q_norm"] = (cfg.head_dim,)
             plan[f"blk.{i}.k_norm"] = (cfg.head_dim,)
+        if cfg.arch.post_norms:  # named as in the GGUF
+            plan[f"blk.{i}.post_attention_norm"] = (d,)
+            plan[f"blk.{i}.post_ffw_norm"] = (d,)
     return plan
 
 
@@ -234,6 +239,8 @@ def _weights_from_views(cfg: ModelConfig, v: dict[str, np.ndarray]) -> Weights:
             bqkv=v.get(f"blk.{i}.bqkv"),
             q_norm=v.get(f"blk.{i}.q_norm"),
             k_norm=v.get(f"blk.{i}.k_norm"),
+            post_attn_norm=v.get(f"blk.{i}.post_attention_norm"),
+            post_ffn_norm=v.get(f"blk.{i}.post_ffw_norm"),
         )
         for i in range(cfg.n_layers)
     )

@@ -126,7 +126,11 @@ class Transcript:
         self.rendered += body
         self.awaiting_reply = False
         if not body.startswith(content):
-            raise ChatTemplateError("chat template rewrites assistant replies; cannot replay")
+            # A template that trims replies (Gemma's `content | trim`) renders them without
+            # the whitespace the ring holds; what it puts after them is still what follows.
+            content = content.strip()
+            if not body.startswith(content):
+                raise ChatTemplateError("chat template rewrites assistant replies; cannot replay")
         return self.tokenizer.encode(body[len(content) :])
 
     def _encode_new(self, text: str, content: str, at_start: bool) -> list[int]:

@@ -1,6 +1,7 @@
 """The ggml backend: the GGUF's own quantized blocks through ggml's CPU kernels (the quantized
 CPU default), the arena in ordinary memory."""
 
-from ...model.architecture import ALL_FEATURES
-
-FEATURES = ALL_FEATURES
+# The architecture FEATURES its graph implements (engine/model/architecture.py); not Gemma's
+# block (sliding-window layers, post-norms, GeGLU, embedding scaling): numpy runs those.
+FEATURES = frozenset({"split_half_rope", "qkv_bias", "qk_norm", "fused_qkv", "fused_gate_up",
+                      "wide_heads"})

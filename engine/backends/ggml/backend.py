@@ -13,9 +13,11 @@ import weakref
 
 import numpy as np
 
+from ...errors import UnsupportedArchitectureError
 from ...model.model import Model
 from ...state.arena import Allocator
 from ...state.ring import KVRing
+from ..base import model_problem
 from . import FEATURES
 from .forward import GgmlForward
 from .graph import StepGraph
@@ -55,6 +57,9 @@ class GgmlBackend:
         return None
 
     def make_forward(self, model: Model, ring: KVRing) -> GgmlForward:
+        problem = model_problem(self, model.config)
+        if problem is not None:  # e.g. Gemma's block, which its graph does not build
+            raise UnsupportedArchitectureError(f"{problem}; use --backend numpy")
         weights = self._weights.get(model.fingerprint)
         if weights is None:
             weights = self._weights[model.fingerprint] = GgmlWeights(model)

@@ -19,10 +19,13 @@ from functools import partial
 
 import numpy as np
 
+from ...model.architecture import WINDOW
 from ...model.weights import Weights
 from ...state.arena import ArenaViews
 from ...state.ring import KVRing, SlotSpan
 from ..base import ForwardPass, HiddenCallback, prefill_in_chunks
+from .softmax import exp_rows, softmax_few_rows
+from .window import decode_window_attention, prefill_window_attention, window_mask
 
 
 def rmsnorm(x: np.ndarray, weight: np.ndarray, out: np.ndarray, eps: float) -> None:
@@ -64,26 +67,22 @@ def silu_mul(gate: np.ndarray, up: np.ndarray, out: np.ndarray) -> None:
     np.multiply(out, up, out=out)
 
 
-def exp_rows(s: np.ndarray, row_max: np.ndarray, inv_sum: np.ndarray) -> None:
-    """s (R, N) <- exp(s - rowmax) in place, inv_sum (R,) <- 1 / rowsum: softmax, unscaled."""
-    np.max(s, axis=1, out=row_max)
-    np.subtract(s, row_max[:, None], out=s)
-    np.exp(s, out=s)
-    np.sum(s, axis=1, out=inv_sum)
-    np.reciprocal(inv_sum, out=inv_sum)
+GELU_C = math.sqrt(2.0 / math.pi)
 
 
-def softmax_few_rows(s: np.ndarray, row_max: np.ndarray, row_sum: np.ndarray) -> None:
-    """In-place softmax for a handful of rows (decode's heads), row by row: a broadcast ufunc
-    goes through numpy's buffered iterator, which mallocs up to 32 KB of scratch per call."""
-    np.max(s, axis=1, out=row_max)
-    for row, peak in zip(s, row_max):
-        np.subtract(row, peak, out=row)
-    np.exp(s, out=s)
-    np.sum(s, axis=1, out=row_sum)
-    np.reciprocal(row_sum, out=row_sum)
-    for row, scale in zip(s, row_sum):
-        np.multiply(row, scale, out=row)
+def gelu_mul(gate: np.ndarray, up: np.ndarray, out: np.ndarray) -> None:
+    """out = gelu(gate) * up, GELU's tanh approximation (GeGLU; HF's gelu_pytorch_tanh):
+    gelu(g) = g/2 * (1 + tanh(sqrt(2/pi) * (g + 0.044715 g^3)))."""
+    np.multiply(gate, gate, out=out)
+    np.multiply(out, 0.044715, out=out)
+    np.add(out, 1.0, out=out)
+    np.multiply(out, gate, out=out)
+    np.multiply(out, GELU_C, out=out)
+    np.tanh(out, out=out)
+    np.add(out, 1.0, out=out)
+    np.multiply(out, gate, out=out)
+    np.multiply(out, 0.5, out=out)
+    np.multiply(out, up, out=out)
 
 
 @dataclass(frozen=True)
@@ -99,6 +98,8 @@ class Rows:
     qk_norm: np.ndarray | None  # (R, H + KVH) QK-norm scratch, if the model has it
     cos: np.ndarray  # broadcastable to (R, H + KVH, hd/2)
     sin: np.ndarray
+    cos_w: np.ndarray | None  # WINDOW layers' tables, where the model has such layers
+    sin_w: np.ndarray | None
     rope_a: np.ndarray  # (R, H + KVH, hd/2)
     rope_b: np.ndarray
     attn: np.ndarray  # (R, q_dim) attention output, written by the phase's attention
@@ -107,7 +108,9 @@ class Rows:
     ffn: np.ndarray  # (R, F)
 
 
-Attention = Callable[[int], None]  # attention of the phase's rows in layer i into Rows.attn
+# Attention of the phase's rows into Rows.attn: (plane, is a WINDOW layer); a FULL layer's
+# plane is its K/V plane in the ring, already holding the rows' keys.
+Attention = Callable[[int, bool], None]
 
 
 class Forward(ForwardPass):
@@ -120,29 +123,54 @@ class Forward(ForwardPass):
         self.ring = ring
         self.cfg = ring.cfg
         self.rope = ring.rope
-        self.q_scale = 1.0 / math.sqrt(self.cfg.head_dim)
+        self.rope_w = ring.window_rope
+        self.q_scale = self.cfg.q_scale
+        arch = self.cfg.arch
+        # HF casts sqrt(d_model) to the weights' dtype before scaling; so does this.
+        self.embed_scale = float(np.float32(math.sqrt(self.cfg.d_model))) \
+            if arch.embed_scale else None
+        self.gate = gelu_mul if arch.geglu else silu_mul
+        self.windowed = tuple(kind == WINDOW for kind in self.cfg.kinds)
+        self.planes = tuple(self.cfg.plane(i) for i in range(self.cfg.n_layers))
 
     # -- the model ---------------------------------------------------------------------------
     def _layer(self, i: int, r: Rows, n: int, attend: Attention) -> None:
-        """Transformer block i on the rows r.x, in place; their keys and values go to ring
-        slots n.. (pre-norm attention and SwiGLU feed-forward, a residual add after each)."""
+        """Transformer block i on the rows r.x, in place; a FULL layer's keys and values go
+        to ring slots n.. of its plane, a WINDOW layer's to its window (window.py)
+        (pre-norm attention and gated feed-forward, a residual add after each)."""
         cfg, lw, v = self.cfg, self.w.layers[i], self.ring.arena.views()
         qd, kvd, F = cfg.q_dim, cfg.kv_dim, cfg.ffn_dim
+        plane, windowed = self.planes[i], self.windowed[i]
         self._norm(r.x, lw.attn_norm, r.xn, r.norm_tmp)
         np.matmul(r.xn, lw.wqkv.T, out=r.qkv)
         self._shape_qk(lw, r.qkv, r.qk_norm)
-        self.rope.rotate(r.qk, r.cos, r.sin, r.rope_a, r.rope_b)
-        rows = 1 if r.qkv.ndim == 1 else r.qkv.shape[0]
-        v.k_cache[i, n : n + rows] = r.qkv[..., qd : qd + kvd]
-        v.v_cache[i, n : n + rows] = r.qkv[..., qd + kvd :]
-        attend(i)
+        if windowed:
+            self.rope_w.rotate(r.qk, r.cos_w, r.sin_w, r.rope_a, r.rope_b)
+        else:
+            self.rope.rotate(r.qk, r.cos, r.sin, r.rope_a, r.rope_b)
+            rows = 1 if r.qkv.ndim == 1 else r.qkv.shape[0]
+            v.k_cache[plane, n : n + rows] = r.qkv[..., qd : qd + kvd]
+            v.v_cache[plane, n : n + rows] = r.qkv[..., qd + kvd :]
+        attend(plane, windowed)
         np.matmul(r.attn, lw.wo.T, out=r.proj)
-        np.add(r.x, r.proj, out=r.x)
+        self._add_residual(r, lw.post_attn_norm)
         self._norm(r.x, lw.ffn_norm, r.xn, r.norm_tmp)
         np.matmul(r.xn, lw.w_gate_up.T, out=r.gate_up)
-        silu_mul(r.gate_up[..., :F], r.gate_up[..., F:], r.ffn)
+        self.gate(r.gate_up[..., :F], r.gate_up[..., F:], r.ffn)
         np.matmul(r.ffn, lw.w_down.T, out=r.proj)
-        np.add(r.x, r.proj, out=r.x)
+        self._add_residual(r, lw.post_ffn_norm)
+
+    def _add_residual(self, r: Rows, post_norm: np.ndarray | None) -> None:
+        """r.x += r.proj, RMS-normed first where the architecture has post-norms (Gemma)."""
+        if post_norm is None:
+            np.add(r.x, r.proj, out=r.x)
+        else:  # r.xn is free: the block's input norm has been consumed
+            self._norm(r.proj, post_norm, r.xn, r.norm_tmp)
+            np.add(r.x, r.xn, out=r.x)
+
+    def _embed_scaled(self, x: np.ndarray) -> None:
+        if self.embed_scale is not None:
+            np.multiply(x, self.embed_scale, out=x)
 
     def _norm(self, x: np.ndarray, weight: np.ndarray, out: np.ndarray,
               tmp: np.ndarray | None) -> None:
@@ -197,11 +225,17 @@ class Forward(ForwardPass):
             qk_norm=v.p_qk_norm[:C] if cfg.arch.qk_norm else None,
             cos=self.rope.cos[span.pos : span.pos + C, None, :],
             sin=self.rope.sin[span.pos : span.pos + C, None, :],
+            cos_w=self.rope_w.cos[span.pos : span.pos + C, None, :],
+            sin_w=self.rope_w.sin[span.pos : span.pos + C, None, :],
             rope_a=v.p_rope_a[:C], rope_b=v.p_rope_b[:C], attn=v.p_attn[:C],
             proj=v.p_proj[:C], gate_up=v.p_gate_up[:C], ffn=v.p_ffn[:C])
         np.take(w.token_embd, toks, axis=0, out=r.x)
+        self._embed_scaled(r.x)
         v.mass[: n + C] = 0.0
-        attend = partial(self._prefill_attention, v, n, C)
+        before = self.ring.clock  # the clock of the token before the chunk
+        if cfg.window:
+            window_mask(v.p_wmask[: C * (cfg.window + C)].reshape(C, -1), before, cfg.window)
+        attend = partial(self._prefill_attention, v, n, C, before)
         for i in range(cfg.n_layers):
             self._layer(i, r, n, attend)
         if on_hidden is not None:
@@ -211,9 +245,13 @@ class Forward(ForwardPass):
             rmsnorm(r.x[C - 1], w.output_norm, v.xn, cfg.rms_eps)
             np.dot(w.output, v.xn, out=v.logits)
 
-    def _prefill_attention(self, v: ArenaViews, n: int, C: int, layer: int) -> None:
+    def _prefill_attention(self, v: ArenaViews, n: int, C: int, before: int, plane: int,
+                           windowed: bool) -> None:
         """Causal attention of C new queries over N = n + C keys, one K/V group at a time."""
         cfg = self.cfg
+        if windowed:
+            prefill_window_attention(v, cfg, self.q_scale, plane, C, before)
+            return
         G, hd, N = cfg.group_size, cfg.head_dim, n + C
         q3 = v.p_q[: C * G].reshape(C, G, hd)
         scores = v.p_scores[: C * G * N].reshape(C * G, N)
@@ -222,7 +260,7 @@ class Forward(ForwardPass):
             cols = slice(g * hd, (g + 1) * hd)
             q_cols = v.p_qkv[:C, g * G * hd : (g + 1) * G * hd].reshape(C, G, hd)
             np.multiply(q_cols, self.q_scale, out=q3)
-            np.matmul(v.p_q[: C * G], v.k_cache[layer, :N, cols].T, out=scores)
+            np.matmul(v.p_q[: C * G], v.k_cache[plane, :N, cols].T, out=scores)
             new = scores.reshape(C, G, N)[:, :, n:]
             np.add(new, v.p_causal[:C, None, :C], out=new)
             # Unnormalised softmax: the 1/row_sum scaling is applied to the (C*G, hd) output
@@ -232,7 +270,7 @@ class Forward(ForwardPass):
             np.matmul(inv_sum, scores, out=v.mass_step[:N])
             np.add(v.mass[:N], v.mass_step[:N], out=v.mass[:N])
             out = v.p_o[: C * G]
-            np.matmul(scores, v.v_cache[layer, :N, cols], out=out)
+            np.matmul(scores, v.v_cache[plane, :N, cols], out=out)
             np.multiply(out, inv_sum[:, None], out=out)
             attn[:, g * G : (g + 1) * G, :] = out.reshape(C, G, hd)
 
@@ -248,11 +286,13 @@ class Forward(ForwardPass):
             qk=v.qkv[: cfg.q_dim + cfg.kv_dim].reshape(H + KVH, hd),
             qk_norm=v.qk_norm if cfg.arch.qk_norm else None,
             cos=self.rope.cos[span.pos], sin=self.rope.sin[span.pos],
+            cos_w=self.rope_w.cos[span.pos], sin_w=self.rope_w.sin[span.pos],
             rope_a=v.rope_a.reshape(H + KVH, hd // 2), rope_b=v.rope_b.reshape(H + KVH, hd // 2),
             attn=v.attn, proj=v.proj, gate_up=v.gate_up, ffn=v.ffn)
         np.copyto(r.x, w.token_embd[token])
+        self._embed_scaled(r.x)
         v.mass[: span.start + 1] = 0.0
-        attend = partial(self._decode_attention, v, span.start)
+        attend = partial(self._decode_attention, v, span.start, self.ring.clock + 1)
         for i in range(cfg.n_layers):
             self._layer(i, r, span.start, attend)
         rmsnorm(r.x, w.output_norm, r.xn, cfg.rms_eps)
@@ -260,17 +300,21 @@ class Forward(ForwardPass):
         self.ring.commit(span, v.mass)
         return v.logits
 
-    def _decode_attention(self, v: ArenaViews, n: int, layer: int) -> None:
+    def _decode_attention(self, v: ArenaViews, n: int, clock: int, plane: int,
+                          windowed: bool) -> None:
         """The new token's query heads over the N = n + 1 keys, all K/V groups at once."""
         cfg = self.cfg
+        if windowed:
+            decode_window_attention(v, cfg, self.q_scale, plane, clock)
+            return
         H, KVH, G, hd, N = cfg.n_heads, cfg.n_kv_heads, cfg.group_size, cfg.head_dim, n + 1
         q = v.qkv[: cfg.q_dim]
         np.multiply(q, self.q_scale, out=q)
         scores = v.scores[: H * N].reshape(KVH, G, N)
-        keys = v.k_cache[layer, :N].reshape(N, KVH, hd).transpose(1, 2, 0)  # (KVH, hd, N)
+        keys = v.k_cache[plane, :N].reshape(N, KVH, hd).transpose(1, 2, 0)  # (KVH, hd, N)
         np.matmul(q.reshape(KVH, G, hd), keys, out=scores)
         softmax_few_rows(scores.reshape(H, N), v.row_max, v.row_sum)
         np.sum(scores.reshape(H, N), axis=0, out=v.mass_step[:N])
         np.add(v.mass[:N], v.mass_step[:N], out=v.mass[:N])
-        values = v.v_cache[layer, :N].reshape(N, KVH, hd).transpose(1, 0, 2)  # (KVH, N, hd)
+        values = v.v_cache[plane, :N].reshape(N, KVH, hd).transpose(1, 0, 2)  # (KVH, N, hd)
         np.matmul(scores, values, out=v.attn.reshape(KVH, G, hd))

@@ -20,6 +20,7 @@ def add_numpy_scratch(lay: ArenaLayout, cfg: ModelConfig, policy: RingPolicy) ->
     H, KVH, hd, G = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.group_size
     d, F, half = cfg.d_model, cfg.ffn_dim, cfg.head_dim // 2
     f32 = np.float32
+    W = cfg.window  # WINDOW layers attend over up to W rows (decode), W + C (prefill)
 
     # Decode scratch: one token.
     lay.add("x", f32, (d,))  # residual stream
@@ -29,7 +30,7 @@ def add_numpy_scratch(lay: ArenaLayout, cfg: ModelConfig, policy: RingPolicy) ->
     lay.add("proj", f32, (d,))
     lay.add("gate_up", f32, (2 * F,))
     lay.add("ffn", f32, (F,))
-    lay.add("scores", f32, (H * S,))  # (H, n) attention probabilities, n <= S
+    lay.add("scores", f32, (H * max(S, W),))  # (H, n) attention probabilities, n <= S
     lay.add("row_max", f32, (H,))
     lay.add("row_sum", f32, (H,))
     lay.add("rope_a", f32, ((H + KVH) * half,))
@@ -41,7 +42,7 @@ def add_numpy_scratch(lay: ArenaLayout, cfg: ModelConfig, policy: RingPolicy) ->
     lay.add("p_x", f32, (C, d))
     lay.add("p_qkv", f32, (C, cfg.qkv_dim))
     lay.add("p_q", f32, (C * G, hd))  # one K/V group's queries, rows (token, head)
-    lay.add("p_scores", f32, (C * G * S,))  # (C*G, n) for one group
+    lay.add("p_scores", f32, (C * G * max(S, W + C),))  # (C*G, n) for one group
     lay.add("p_row_max", f32, (C * G,))
     lay.add("p_row_sum", f32, (C * G,))
     lay.add("p_o", f32, (C * G, hd))
@@ -52,6 +53,10 @@ def add_numpy_scratch(lay: ArenaLayout, cfg: ModelConfig, policy: RingPolicy) ->
     lay.add("p_rope_a", f32, (C, H + KVH, half))
     lay.add("p_rope_b", f32, (C, H + KVH, half))
     lay.add("p_norm", f32, (C,))
+    if W:  # a chunk's window: the plane's rows, then the chunk's own (numpy/window.py)
+        lay.add("p_wk", f32, (W + C, cfg.kv_dim))
+        lay.add("p_wv", f32, (W + C, cfg.kv_dim))
+        lay.add("p_wmask", f32, (C * (W + C),))
     if cfg.arch.qk_norm:
         lay.add("qk_norm", f32, (H + KVH,))  # one inverse RMS per head
         lay.add("p_qk_norm", f32, (C, H + KVH))

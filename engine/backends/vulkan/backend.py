@@ -18,6 +18,7 @@ from ...model.model import Model
 from ...state.arena import Allocator
 from ...state.ring import KVRing
 from ..base import model_problem
+from ..ggml import FEATURES as GGML_FEATURES
 from . import FEATURES
 from .buffers import DeviceBuffer, host_buffer
 from .context import HOST_COHERENT, HOST_VISIBLE, Context, get_context
@@ -66,8 +67,9 @@ class VulkanBackend:
 
     def make_forward(self, model: Model, ring: KVRing) -> VulkanForward:
         problem = model_problem(self, model.config)
-        if problem is not None:
-            raise UnsupportedModelForVulkanError(f"{problem}; use --backend ggml")
+        if problem is not None:  # the CPU backend to use instead: ggml where it can
+            cpu = "ggml" if model.config.features <= GGML_FEATURES else "numpy"
+            raise UnsupportedModelForVulkanError(f"{problem}; use --backend {cpu}")
         buf = self._arena_buffer(ring.arena.base_address, ring.arena.nbytes)
         if model.fingerprint not in self._weights:
             self._weights[model.fingerprint] = upload_weights(self.ctx, model)
