@@ -34,11 +34,6 @@ NAMES = sorted(INDEX)
 POLICY = RingPolicy(max_slots=64, recent_window=8, evict_batch=4, prefill_chunk=8)
 ATOL_NUMPY = 1e-3  # both sides are f32 over the same dequantized weights
 NUMPY_ONLY = ("gemma3",)  # architectures only the numpy backend implements
-# Snapshot format v2 saves the ring's planes only, not the window planes: a warm boot of
-# these waits for format v3, written in parallel (issue 27).
-WARM_BOOT_PENDING = ("gemma3",)
-CHAT_CASES = [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason="snapshot v3"))
-              if INDEX[name]["architecture"] in WARM_BOOT_PENDING else name for name in NAMES]
 # ggml rounds each product's input to 8-bit blocks for Q8_0 weights and keeps keys in f16;
 # tests/test_ggml_parity.py measured up to 1.5% of the largest logit on tiny models.
 REL_GGML = 3e-2
@@ -119,7 +114,7 @@ def test_numpy_greedy_matches_transformers(arch_model, reference) -> None:
     assert greedy(model, ids, len(want)) == want
 
 
-@pytest.mark.parametrize("name", CHAT_CASES)
+@pytest.mark.parametrize("name", NAMES)
 def test_channel_chat_runs_every_architecture(tmp_path, name) -> None:
     """The whole product path on each fixture: the CLI, its tokenizer and chat template, a
     turn, the reply's end-of-generation token, and a warm second turn from the snapshot.
