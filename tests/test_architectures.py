@@ -88,7 +88,7 @@ def layer_names(arch: str) -> list[str]:
 
 
 @pytest.mark.parametrize(("get", "names", "reason"), [
-    (metadata("gemma2"), [], "architecture 'gemma2' is not supported (sliding-window"),
+    (metadata("gemma2"), [], "architecture 'gemma2' is not supported (logit soft-capping"),
     (metadata("mamba"), [], "architecture 'mamba' is not supported (supported: llama, qwen2"),
     (metadata("llama", **{"llama.expert_count": 8}), layer_names("llama"), "mixture-of-experts"),
     (metadata("qwen2", **{"qwen2.rope.scaling.type": "yarn", "qwen2.rope.scaling.factor": 4.0}),

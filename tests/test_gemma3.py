@@ -107,7 +107,7 @@ def test_support_problem_takes_gemma3_windows_and_refuses_the_rest() -> None:
     assert "sliding-window attention (512 tokens)" in support_problem(
         llama, ARCHITECTURES["llama"].model_tensors(1, tied=True, has_rope_freqs=False))
     gemma2 = {"general.architecture": "gemma2", "gemma2.block_count": 1}.get
-    assert "'gemma2' is not supported (sliding-window" in support_problem(gemma2, [])
+    assert "'gemma2' is not supported (logit soft-capping" in support_problem(gemma2, [])
 
 
 def test_only_numpy_runs_it_and_the_others_say_why(gemma, tmp_path) -> None:

@@ -3,7 +3,8 @@
 This is the reference every architecture is checked against, so the model reads top to bottom
 in one place: `_layer` is the transformer block, and both phases run it, on the rows of a
 prefill chunk (C, d_model) or on the one row of a decode step (d_model,). They differ only in
-how attention is computed over the ring (`_prefill_attention`, `_decode_attention`).
+how attention is computed over the ring (`_prefill_attention`, `_decode_attention`), and over
+a WINDOW layer's own window (window.py).
 
 Both passes write only into arena scratch views (`out=` everywhere), so after a conversation
 is ready a decode step allocates no numpy buffers. Scalars are Python floats: an np.float64
@@ -98,8 +99,8 @@ class Rows:
     qk_norm: np.ndarray | None  # (R, H + KVH) QK-norm scratch, if the model has it
     cos: np.ndarray  # broadcastable to (R, H + KVH, hd/2)
     sin: np.ndarray
-    cos_w: np.ndarray | None  # WINDOW layers' tables, where the model has such layers
-    sin_w: np.ndarray | None
+    cos_w: np.ndarray  # the same for WINDOW layers' RoPE (the ring's where they share it)
+    sin_w: np.ndarray
     rope_a: np.ndarray  # (R, H + KVH, hd/2)
     rope_b: np.ndarray
     attn: np.ndarray  # (R, q_dim) attention output, written by the phase's attention
