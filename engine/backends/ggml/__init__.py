@@ -1,7 +1,6 @@
 """The ggml backend: the GGUF's own quantized blocks through ggml's CPU kernels (the quantized
 CPU default), the arena in ordinary memory."""
 
-# The architecture FEATURES its graph implements (engine/model/architecture.py); not Gemma's
-# block (sliding-window layers, post-norms, GeGLU, embedding scaling): numpy runs those.
+# The architecture FEATURES its graph implements (engine/model/architecture.py).
 FEATURES = frozenset({"split_half_rope", "qkv_bias", "qk_norm", "fused_qkv", "fused_gate_up",
-                      "wide_heads"})
+                      "wide_heads", "window_layers", "post_norms", "geglu", "embed_scale"})

@@ -24,8 +24,10 @@ class ArenaTensors:
         layout = arena.layout
         L, S, kv_dim = layout["k_cache"].shape
         self._arena = arena  # keeps the memory alive as long as the tensors
+        planes = sum(layout[name].shape[0] for name in ("kw_cache", "vw_cache", "conv_state")
+                     if name in layout)
         self._ctx = g.ggml_init(g.ggml_init_params(
-            mem_size=(2 * L + 8) * g.ggml_tensor_overhead(), no_alloc=True))
+            mem_size=(2 * L + planes + 8) * g.ggml_tensor_overhead(), no_alloc=True))
         self._buffer = host_buffer(arena.base_address, arena.nbytes)
         self._free = free_with(self, self._ctx, self._buffer)
         base = arena.base_address
@@ -45,6 +47,16 @@ class ArenaTensors:
                              for i in range(L))
         self.v_cache = tuple(region("v_cache", f32, kv_dim, S, offset=i * v_plane)
                              for i in range(L))
+        # WINDOW layers' circular planes (engine/state/arena.py add_layer_planes), one each.
+        self.kw_cache: tuple[Tensor, ...] = ()
+        self.vw_cache: tuple[Tensor, ...] = ()
+        if "kw_cache" in layout:
+            n_window, W, _ = layout["kw_cache"].shape
+            kw_plane, vw_plane = (layout[n].nbytes // n_window for n in ("kw_cache", "vw_cache"))
+            self.kw_cache = tuple(region("kw_cache", kinds[layout["kw_cache"].dtype], kv_dim, W,
+                                         offset=i * kw_plane) for i in range(n_window))
+            self.vw_cache = tuple(region("vw_cache", f32, kv_dim, W, offset=i * vw_plane)
+                                  for i in range(n_window))
         self._mass = region("mass", f32, S)  # attention mass per slot, summed over the pass
         self.logits = region("logits", f32, layout["logits"].shape[0])
         d = layout["p_xn"].shape[1]

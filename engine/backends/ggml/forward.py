@@ -16,6 +16,7 @@ import numpy as np
 from ...align import align_up
 from ...state.ring import KVRing, SlotSpan
 from ..base import ForwardPass, HiddenCallback, prefill_in_chunks
+from ..window_mask import decode_window_mask, window_mask
 from .arena_tensors import ArenaTensors
 from .graph import StepGraph
 from .lib import free_with, ggml, host_buffer
@@ -84,6 +85,7 @@ class GgmlForward(ForwardPass):
             inp.mask[:, :, :n] = 0.0
             inp.mask[:, :, n:N] = v.p_causal[:C, None, :C]
             inp.mask[:, :, N:] = -np.inf
+            self._window_inputs(inp)
             self._backend.run(graph, timed=False)
         finally:
             graph.close()
@@ -101,9 +103,26 @@ class GgmlForward(ForwardPass):
         inp.slots[0] = span.start
         inp.mask[0, :, :N] = 0.0
         inp.mask[0, :, N:] = -np.inf
+        self._window_inputs(inp)
         self._backend.run(graph, timed=True)
         self.ring.commit(span, v.mass)
         return v.logits
+
+    def _window_inputs(self, inp) -> None:
+        """The WINDOW layers' inputs for the tokens after the ring's clock: each token's
+        circular row, and the mask over the keys the graph gives those layers (the plane's
+        rows for one token, written first; else the plane's old rows and the chunk's own)."""
+        rows, before = inp.wslots, self.ring.clock
+        if not rows.size:
+            return
+        np.add(self.ring.arena.views().slot_index[: rows.shape[0]], before, out=rows,
+               casting="unsafe")
+        np.remainder(rows, self.cfg.window, out=rows)
+        if rows.shape[0] == 1:
+            decode_window_mask(inp.wmask, before)  # allocates nothing: decode's budget
+        else:
+            window_mask(inp.wmask[:, 0, :], before, self.cfg.window)
+            inp.wmask[:, 1:, :] = inp.wmask[:, :1, :]
 
     def project_logits(self, hidden: np.ndarray, out: np.ndarray) -> None:
         """out (R, vocab) = logits of final-normed hidden rows (R, d_model), for scoring every

@@ -2,10 +2,14 @@
 
 The graph reads the GGUF's quantized blocks (GgmlWeights) and the conversation's arena
 (ArenaTensors) in place: new keys and values are scattered into their slots with set_rows,
-the attention mass per slot is summed over layers, heads and queries into the arena's `mass`,
-and the next-token logits land in the arena's `logits`. Inputs are four small tensors that the
-caller fills before each compute, so a decode graph is built once per context bucket and then
-re-run for every token without touching Python-side ggml objects again.
+the attention mass per slot is summed over the ring's layers, heads and queries into the
+arena's `mass`, and the next-token logits land in the arena's `logits`. Inputs are small
+tensors that the caller fills before each compute, so a decode graph is built once per
+context bucket and then re-run for every token without touching Python-side ggml objects.
+
+A hybrid model's WINDOW layers (Gemma 3) attend over their own circular planes instead of the
+ring, with inputs of their own: the rows the new tokens take (`wslots`) and a mask over the
+plane's rows (`wmask`), as engine/backends/numpy/window.py describes.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...model.architecture import INTERLEAVED
+from ...model.architecture import FULL, INTERLEAVED, WINDOW
 from ...model.config import ModelConfig
 from .arena_tensors import ArenaTensors
 from .lib import array_at, data_address, free_with, ggml
@@ -30,6 +34,11 @@ class StepInputs:
     positions: np.ndarray  # (n_q,) int32: RoPE position of each new token
     slots: np.ndarray  # (n_q,) int64: ring slot each new token's K/V is written to
     mask: np.ndarray  # (n_q, G, n_kv) float32: 0 where query row may attend a slot, else -inf
+    # WINDOW layers (empty where there are none): the circular row of each new token, and
+    # the mask over the keys a window layer attends: its plane's rows (decode, written first)
+    # or the plane's old rows then the chunk's own keys (prefill).
+    wslots: np.ndarray
+    wmask: np.ndarray  # (n_q, G, window keys)
 
 
 class StepGraph:
@@ -51,11 +60,15 @@ class StepGraph:
         if not g.ggml_gallocr_alloc_graph(allocator, self.graph):
             raise MemoryError(f"ggml could not allocate a graph for {n_q} x {n_kv}")
         G = cfg.group_size
+        windowed = "wslots" in inputs
         self.inputs = StepInputs(
             tokens=tensor_array(inputs["tokens"], np.int32),
             positions=tensor_array(inputs["positions"], np.int32),
             slots=tensor_array(inputs["slots"], np.int64),
             mask=tensor_array(inputs["mask"], np.float32).reshape(n_q, G, n_kv),
+            wslots=tensor_array(inputs["wslots"], np.int64) if windowed else np.empty(0),
+            wmask=(tensor_array(inputs["wmask"], np.float32).reshape(n_q, G, -1) if windowed
+                   else np.empty((0, 0, 0), np.float32)),
         )
         # Constants, written once: ones for summing rows, 0..rows-1 for whole-matrix gathers.
         tensor_array(inputs["ones"], np.float32)[:] = 1.0
@@ -111,12 +124,28 @@ class _Builder:
         self.ones = self.input("ones", g.GGML_TYPE_F32, 1, cfg.group_size * n_q, KVH,
                                constant=True)
         x = g.ggml_get_rows(self.ctx, w.token_embd, tokens)  # (n_q, d)
+        if cfg.arch.embed_scale:  # sqrt(d_model) rounded to f32 first, as HF and numpy do
+            x = g.ggml_scale(self.ctx, x, float(np.float32(cfg.d_model ** 0.5)))
+        if WINDOW in cfg.kinds:
+            W = cfg.window
+            window_keys = W if n_q == 1 else W + n_q
+            self.window_inputs = (self.input("wslots", g.GGML_TYPE_I64, n_q),
+                                  self.input("wmask", g.GGML_TYPE_F32, window_keys,
+                                             cfg.group_size * n_q))
         mass = None
         for layer, lw in enumerate(w.layers):
-            attn, layer_mass = self.attention(layer, lw, x, positions, slots, mask, n_q, n_kv)
-            x = g.ggml_add(self.ctx, x, attn)
-            x = g.ggml_add(self.ctx, x, self.feed_forward(lw, x))
-            mass = layer_mass if mass is None else g.ggml_add(self.ctx, mass, layer_mass)
+            plane = cfg.plane(layer)
+            if cfg.kinds[layer] == FULL:
+                attn, layer_mass = self.attention(plane, lw, x, positions, slots, mask, n_q,
+                                                  n_kv)
+                mass = layer_mass if mass is None else g.ggml_add(self.ctx, mass, layer_mass)
+            else:
+                attn = self.window_attention(plane, lw, x, positions, n_q)
+            x = g.ggml_add(self.ctx, x, self.post_norm(attn, lw.post_attn_norm))
+            ffn = self.feed_forward(lw, x)
+            x = g.ggml_add(self.ctx, x, self.post_norm(ffn, lw.post_ffn_norm))
+        if mass is None:
+            raise ValueError("a model needs at least one full-attention layer for its ring")
         # The per-K/V-head partial sums, summed (out_prod over dimension 1 once more).
         mass = g.ggml_out_prod(self.ctx, g.ggml_reshape_2d(self.ctx, mass, n_kv, KVH),
                                g.ggml_view_2d(self.ctx, self.ones, 1, KVH, 4, 0))  # (1, n_kv)
@@ -154,11 +183,20 @@ class _Builder:
         g = self.g
         return g.ggml_mul(self.ctx, g.ggml_rms_norm(self.ctx, x, self.cfg.rms_eps), weight)
 
-    def rope(self, t, positions):
+    def post_norm(self, t, weight):
+        """Gemma's RMSNorm of a block's output before its residual add; else t itself."""
+        return t if weight is None else self.norm(t, weight)
+
+    def rope(self, t, positions, *, window: bool = False):
         cfg, g = self.cfg, self.g
         # Mode 0 rotates adjacent pairs (llama's permuted Q/K rows), NEOX split halves: the
         # same layouts as engine/model/rope.py. rope_freqs: Llama 3's per-frequency divisors.
+        # WINDOW layers use their own base and no scaling (model/rope.py window_rope_config).
         mode = 0 if cfg.arch.rope_style == INTERLEAVED else g.GGML_ROPE_TYPE_NEOX
+        if window:
+            return g.ggml_rope_ext(self.ctx, t, positions, None, cfg.head_dim, mode,
+                                   cfg.context_length, cfg.rope_theta_window or cfg.rope_theta,
+                                   1.0, 0.0, 1.0, 0.0, 0.0)
         return g.ggml_rope_ext(self.ctx, t, positions, self.w.rope_freqs, cfg.head_dim, mode,
                                cfg.context_length, cfg.rope_theta, cfg.rope_freq_scale,
                                0.0, 1.0, 0.0, 0.0)
@@ -186,16 +224,67 @@ class _Builder:
             k = self.norm(k, lw.k_norm)
         return q, k, v
 
-    def attention(self, layer: int, lw, x, positions, slots, mask, n_q: int, n_kv: int):
+    def attention(self, plane: int, lw, x, positions, slots, mask, n_q: int, n_kv: int):
+        """A FULL layer: the new rows go to their ring slots, then attend over n_kv slots;
+        returns the projected output and this layer's attention mass per slot."""
         g, ctx, cfg = self.g, self.ctx, self.cfg
-        hd, KVH, G = cfg.head_dim, cfg.n_kv_heads, cfg.group_size
         q, k, v = self.project_qkv(lw, self.norm(x, lw.attn_norm), n_q)
         q, k = self.rope(q, positions), self.rope(k, positions)
-        k_cache, v_cache = self.arena.k_cache[layer], self.arena.v_cache[layer]
+        k_cache, v_cache = self.arena.k_cache[plane], self.arena.v_cache[plane]
         # Scatter the new rows into their slots first; graph order makes the reads below see them.
         self.emit(g.ggml_set_rows(ctx, k_cache, g.ggml_reshape_2d(ctx, k, cfg.kv_dim, n_q),
                                   slots))
         self.emit(g.ggml_set_rows(ctx, v_cache, v, slots))
+        out, probs = self.attend(q, k_cache, v_cache, mask, n_q, n_kv)
+        # Attention mass per slot: out_prod sums over its second dimension, here each K/V
+        # head's (query, head) rows of the probabilities against ones; one output row per
+        # K/V head, so the threads share the work. build() sums the K/V heads at the end.
+        layer_mass = g.ggml_out_prod(ctx, probs, self.ones)  # (KVH, 1, n_kv)
+        return self.matmul(lw.wo, out), layer_mass
+
+    def window_attention(self, plane: int, lw, x, positions, n_q: int):
+        """A WINDOW layer over its circular plane (numpy/window.py has the rules). Decode
+        writes its row first and attends the plane's rows; a prefill chunk attends the
+        plane's old rows and its own keys, and only then writes its newest rows."""
+        g, ctx, cfg = self.g, self.ctx, self.cfg
+        wslots, wmask = self.window_inputs
+        q, k, v = self.project_qkv(lw, self.norm(x, lw.attn_norm), n_q)
+        q, k = self.rope(q, positions, window=True), self.rope(k, positions, window=True)
+        kw, vw = self.arena.kw_cache[plane], self.arena.vw_cache[plane]
+        k = g.ggml_reshape_2d(ctx, k, cfg.kv_dim, n_q)
+        kept = min(n_q, cfg.window)  # a chunk longer than the window keeps its newest rows
+        rows = self.last_rows(wslots, kept, flat=True)
+        stores = (g.ggml_set_rows(ctx, kw, self.last_rows(k, kept), rows),
+                  g.ggml_set_rows(ctx, vw, self.last_rows(v, kept), rows))
+        if n_q == 1:
+            for store in stores:
+                self.emit(store)
+            keys, values, n_keys = kw, vw, cfg.window
+        else:
+            keys = g.ggml_concat(ctx, kw, g.ggml_cast(ctx, k, kw.contents.type), 1)
+            values = g.ggml_concat(ctx, vw, v, 1)
+            n_keys = cfg.window + n_q
+        out, _ = self.attend(q, keys, values, wmask, n_q, n_keys)
+        out = self.matmul(lw.wo, out)
+        if n_q > 1:
+            self.emit(out)  # every read of the old rows comes before they are overwritten
+            for store in stores:
+                self.emit(store)
+        return out
+
+    def last_rows(self, t, count: int, *, flat: bool = False):
+        """The last `count` rows (ne[1]) of t, or with `flat` its last `count` elements."""
+        g, c = self.g, t.contents
+        if flat:
+            return g.ggml_view_1d(self.ctx, t, count, (c.ne[0] - count) * c.nb[0])
+        return g.ggml_view_2d(self.ctx, t, c.ne[0], count, c.nb[1], (c.ne[1] - count) * c.nb[1])
+
+    def attend(self, q, k_source, v_source, mask, n_q: int, n_kv: int):
+        """Grouped-query attention of q (n_q, H, hd) over the first n_kv rows of k_source and
+        v_source ((rows, kv_dim) each): the output (n_q, q_dim) and the probabilities."""
+        g, ctx, cfg = self.g, self.ctx, self.cfg
+        hd, KVH, G = cfg.head_dim, cfg.n_kv_heads, cfg.group_size
+        k_cache, v_cache = k_source, v_source
         k_item, k_row = k_cache.contents.nb[0], k_cache.contents.nb[1]
         keys = g.ggml_view_3d(ctx, k_cache, hd, KVH, n_kv, hd * k_item, k_row, 0)  # (n_kv, KVH, hd)
         keys = g.ggml_permute(ctx, keys, 0, 2, 1, 3)  # (KVH, n_kv, hd)
@@ -208,11 +297,7 @@ class _Builder:
             queries = g.ggml_cont(ctx, g.ggml_permute(ctx, queries, 0, 1, 3, 2))
             queries = g.ggml_reshape_3d(ctx, queries, hd, G * n_q, KVH)  # (KVH, n_q*G, hd)
         scores = g.ggml_mul_mat(ctx, keys, queries)  # (KVH, n_q*G, n_kv)
-        probs = g.ggml_soft_max_ext(ctx, scores, mask, 1.0 / hd**0.5, 0.0)
-        # Attention mass per slot: out_prod sums over its second dimension, here each K/V
-        # head's (query, head) rows of the probabilities against ones; one output row per
-        # K/V head, so the threads share the work. build() sums the K/V heads at the end.
-        layer_mass = g.ggml_out_prod(ctx, probs, self.ones)  # (KVH, 1, n_kv)
+        probs = g.ggml_soft_max_ext(ctx, scores, mask, cfg.q_scale, 0.0)
         values = g.ggml_view_3d(ctx, v_cache, hd, KVH, n_kv, hd * 4, v_cache.contents.nb[1], 0)
         if n_q == 1:
             # Decode: contract over slots in place (out_prod sums over dimension 1), so the
@@ -225,14 +310,15 @@ class _Builder:
             out = g.ggml_mul_mat(ctx, values_t, probs)  # (KVH, n_q*G, hd)
             out = g.ggml_reshape_4d(ctx, out, hd, G, n_q, KVH)
             out = g.ggml_cont(ctx, g.ggml_permute(ctx, out, 0, 1, 3, 2))  # (n_q, KVH, G, hd)
-        out = g.ggml_reshape_2d(ctx, out, cfg.q_dim, n_q)
-        return self.matmul(lw.wo, out), layer_mass
+        return g.ggml_reshape_2d(ctx, out, cfg.q_dim, n_q), probs
 
     def feed_forward(self, lw, x):
         g, ctx = self.g, self.ctx
         h = self.norm(x, lw.ffn_norm)
         if lw.w_gate is None:  # one product: gate rows then up rows, split by swiglu
             gated = g.ggml_swiglu(ctx, self.matmul(lw.w_up, h))
+        elif self.cfg.arch.geglu:  # GELU's tanh approximation, as HF's gelu_pytorch_tanh
+            gated = g.ggml_geglu_split(ctx, self.matmul(lw.w_gate, h), self.matmul(lw.w_up, h))
         else:
             gated = g.ggml_swiglu_split(ctx, self.matmul(lw.w_gate, h),
                                         self.matmul(lw.w_up, h))

@@ -42,6 +42,8 @@ class GgmlLayer:
     bv: Tensor | None = None
     q_norm: Tensor | None = None  # (head_dim,) QK-norm weights (qwen3)
     k_norm: Tensor | None = None
+    post_attn_norm: Tensor | None = None  # (d_model,) Gemma's norms before each residual add
+    post_ffn_norm: Tensor | None = None
 
 
 class GgmlWeights:
@@ -142,6 +144,8 @@ class GgmlWeights:
             parts.update(bq=t("attn_q", "bias"), bk=t("attn_k", "bias"), bv=t("attn_v", "bias"))
         if arch.qk_norm:
             parts.update(q_norm=t("attn_q_norm"), k_norm=t("attn_k_norm"))
+        if arch.post_norms:
+            parts.update(post_attn_norm=t("post_attention_norm"), post_ffn_norm=t("post_ffw_norm"))
         if not arch.fused_gate_up:
             parts["w_gate"] = t("ffn_gate")
         return GgmlLayer(attn_norm=t("attn_norm"), wo=t("attn_output"), ffn_norm=t("ffn_norm"),

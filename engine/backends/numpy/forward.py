@@ -25,8 +25,9 @@ from ...model.weights import Weights
 from ...state.arena import ArenaViews
 from ...state.ring import KVRing, SlotSpan
 from ..base import ForwardPass, HiddenCallback, prefill_in_chunks
+from ..window_mask import window_mask
 from .softmax import exp_rows, softmax_few_rows
-from .window import decode_window_attention, prefill_window_attention, window_mask
+from .window import decode_window_attention, prefill_window_attention
 
 
 def rmsnorm(x: np.ndarray, weight: np.ndarray, out: np.ndarray, eps: float) -> None:

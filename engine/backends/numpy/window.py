@@ -22,19 +22,6 @@ from ...state.arena import ArenaViews
 from .softmax import exp_rows, softmax_few_rows
 
 
-def window_mask(out: np.ndarray, before: int, window: int) -> None:
-    """out (C, window + C) <- 0 where query j of a chunk that follows the token stamped
-    `before` may see a column, -inf elsewhere. Columns are the plane's rows, then the
-    chunk's own tokens; row r holds the token `age` steps older than `before`, where
-    age = (before - 1 - r) mod window, and has never been written when age >= before."""
-    C = out.shape[0]
-    ages = (before - 1 - np.arange(window)) % window
-    # Stamps relative to the chunk's first token; unwritten rows are put out of reach.
-    stamps = np.concatenate([np.where(ages < before, -1 - ages, C + window), np.arange(C)])
-    distance = np.arange(C)[:, None] - stamps[None, :]
-    out[:] = np.where((distance >= 0) & (distance < window), 0.0, -np.inf)
-
-
 def store_window_rows(plane: np.ndarray, rows: np.ndarray, before: int) -> None:
     """Write the rows (C, kv_dim) of the tokens stamped before + 1 ... into their circular
     rows of `plane` (window, kv_dim); only the newest `window` of them can be kept."""
