@@ -1,9 +1,10 @@
 """The chat screen: boot banner, transcript, ring view, prompt, status bar and footer.
 
-Engine events arrive through `ChatEvents.handle_event` (screens/chat_events.py); the edits
-that only a persistent working state allows (undo, regenerate, edit, fork) are in
-screens/chat_edits.py; this module holds the layout, the keys and sending. The screen talks
-to the engine through the EngineLink it is given, never through the app.
+This module holds the layout, the screen's state, the keys and sending. Engine events arrive
+through `ChatEvents.handle_event` (chat_events.py); what is particular to the answers of the
+screen's own requests is in chat_answers.py; undo, regenerate, edit and fork are in
+chat_edits.py. The screen talks to the engine through the EngineLink it is given, never
+through the app.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
@@ -24,11 +26,12 @@ from ..widgets.prompt import Prompt
 from ..widgets.ring_view import RingView
 from ..widgets.status_bar import StatusBar
 from ..widgets.transcript import AssistantMessage, Transcript, UserMessage
+from .chat_answers import Answer, ChatAnswers
 from .chat_edits import ChatEdits
 from .chat_events import ChatEvents
 
 
-class ChatScreen(ChatEvents, ChatEdits, Screen):
+class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, Screen):
     # One line per key: the footer, the help screen (F1) and the command palette (Ctrl+P)
     # are all made from these (description: the short label; tooltip: what it does).
     BINDINGS = [
@@ -62,54 +65,90 @@ class ChatScreen(ChatEvents, ChatEdits, Screen):
                 tooltip="Choose a model (GGUFs found on this machine) for a new session"),
     ]
 
+    # The screen's state; each watcher below is the one place its widgets follow it.
+    busy = var(False, init=False)  # a reply is streaming (`current`)
+    session_open = var(False, init=False)  # booted: turns can be sent
+    fatal = var(False, init=False)  # the engine cannot serve and will not be restarted
+
     def __init__(self, session: str, engine: EngineLink) -> None:
         super().__init__()
         self.session = session
         self.engine = engine
         self.messages: list[ChatMessage] = []
-        self.current: AssistantMessage | None = None  # the reply being streamed
-        self.current_req: int | None = None
+        # The reply being streamed: the one turn in flight. Esc needs to know there is one
+        # (`cancel` names the session, not the turn), and a turn may begin without a request
+        # of ours (another program's message, or open answering a message left unanswered),
+        # so this cannot live in a request's answer.
+        self.current: AssistantMessage | None = None
+        self.answers: dict[int, Answer] = {}  # request id -> its answer (chat_answers.py)
         self.queued: str | None = None  # one message typed while busy or still booting
         self.queued_widget: UserMessage | None = None  # that message, shown as pending
-        self.session_open = False  # booted: turns can be sent
-        self.open_req: int | None = None
-        self.save_req: int | None = None
-        self.restore_req: int | None = None
-        self.fatal = False
         self.fatal_message: str | None = None
         self.restart_note: str | None = None  # shown after the transcript is rebuilt
 
     def compose(self) -> ComposeResult:
-        yield BootBanner(id="boot")
+        # Kept for the handlers and watchers: the layout never changes, so each widget is
+        # made here once instead of looked up on every event.
+        self.banner = BootBanner(id="boot")
+        self.transcript = Transcript(id="transcript")
+        self.ring_view = RingView(id="ring")
+        self.note_line = Static("", id="note", markup=False)
+        self.prompt = Prompt(id="prompt")
+        self.status_bar = StatusBar(id="status")
+        yield self.banner
         with Horizontal(id="main"):
-            yield Transcript(id="transcript")
-            yield RingView(id="ring")
-        yield Static("", id="note", markup=False)
-        yield Prompt(id="prompt")
-        yield StatusBar(id="status")
+            yield self.transcript
+            yield self.ring_view
+        yield self.note_line
+        yield self.prompt
+        yield self.status_bar
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one(RingView).display = False
-        self.query_one(StatusBar).session = self.session
-        self.query_one(Prompt).focus()
+        self.ring_view.display = False
+        self.status_bar.session = self.session
+        self.prompt.focus()
+
+    # -- state --------------------------------------------------------------------------------
+    def watch_busy(self, busy: bool) -> None:
+        if not busy:  # what the note said about the reply (stopping it, the queue) is over
+            self.note("")
+
+    def watch_session_open(self, session_open: bool) -> None:
+        if session_open:  # whatever the status bar said about the engine is over
+            self.status_bar.engine_state = ""
+
+    def watch_fatal(self, fatal: bool) -> None:
+        self.status_bar.engine_state = "stopped" if fatal else ""
+
+    async def _reply(self) -> AssistantMessage:
+        """The reply in flight, shown first if it is not yet."""
+        if self.current is None:
+            self.current = await self.transcript.add_assistant()
+            self.busy = True
+        return self.current
+
+    async def _finish_current(self, stop: str, detail: str = "") -> None:
+        if self.current is not None:
+            await self.current.finish(stop, detail)
+        self.current = None
+        self.busy = False
 
     # -- helpers ------------------------------------------------------------------------------
-    @property
-    def busy(self) -> bool:
-        return self.current is not None
-
     def note(self, text: str, kind: str = "info") -> None:
-        label = self.query_one("#note", Static)
-        label.update(text)
-        label.display = bool(text)
+        self.note_line.update(text)
+        self.note_line.display = bool(text)
         for name in ("info", "warning", "error"):
-            label.set_class(name == kind, name)
+            self.note_line.set_class(name == kind, name)
 
-    def send(self, kind: str, **fields: object) -> int | None:
+    def send(self, kind: str, answer: Answer | None = None, **fields: object) -> int | None:
+        """Write one request; its id, or None (with a note) when no engine is running.
+        `answer` takes what is particular to its events (chat_answers.py)."""
         request_id = self.engine.send(kind, **fields)
         if request_id is None:
             self.note("The engine is not running; wait for it to restart.", "warning")
+        elif answer is not None:
+            self.answers[request_id] = answer
         return request_id
 
     def data_dir(self) -> Path:
@@ -120,15 +159,16 @@ class ChatScreen(ChatEvents, ChatEdits, Screen):
         self.session = name
         self.fatal = False
         self.session_open = False
-        self.query_one(StatusBar).clear_session(name)
-        self.query_one(BootBanner).show(f"Opening session {name!r}…" +
-                                        (" (cold: ignoring the snapshot)" if cold else ""))
+        self.answers.clear()  # the last session's requests: their events are ignored now
+        self.status_bar.clear_session(name)
+        self.banner.show(f"Opening session {name!r}…" +
+                         (" (cold: ignoring the snapshot)" if cold else ""))
         fields: dict[str, object] = {"session": name}
         if cold:
             fields["cold"] = True
         if model:  # a new session on a model from the picker; the engine records it
             fields["model"] = model
-        self.open_req = self.send("open", **fields)
+        self.send("open", self.open_answer(), **fields)
 
     async def switch_session(self, name: str | None, model: str | None = None) -> None:
         if not name or (name == self.session and model is None):
@@ -140,14 +180,13 @@ class ChatScreen(ChatEvents, ChatEdits, Screen):
             self._restore_draft(self.queued)
             await self._drop_queued()
         self.send("close", session=self.session)  # flushes its snapshot before the open
-        await self.query_one(Transcript).show([])
+        await self.transcript.show([])
         self.note("")
         self.open_session(name, model=model)
 
     def _restore_draft(self, text: str) -> None:
-        prompt = self.query_one(Prompt)
-        if not prompt.text.strip():
-            prompt.load_text(text)
+        if not self.prompt.text.strip():
+            self.prompt.load_text(text)
 
     # -- sending ------------------------------------------------------------------------------
     @on(Prompt.Submitted)
@@ -155,7 +194,6 @@ class ChatScreen(ChatEvents, ChatEdits, Screen):
         text = event.text.strip()
         if not text:
             return
-        prompt = self.query_one(Prompt)
         if self.fatal:
             self.note("The engine is stopped (see above); your message is kept.", "warning")
             return
@@ -165,19 +203,19 @@ class ChatScreen(ChatEvents, ChatEdits, Screen):
                           "(Esc stops the reply).", "warning")
                 return
             await self._queue(text)
-            prompt.remember(text)
-            prompt.clear()
+            self.prompt.remember(text)
+            self.prompt.clear()
             return
         if await self.send_turn(text):
-            prompt.remember(text)
-            prompt.clear()
+            self.prompt.remember(text)
+            self.prompt.clear()
 
     async def _queue(self, text: str) -> None:
         """Keep one message until the engine can take it, shown in the transcript as
         pending; it is sent when the session has booted or the reply has ended."""
         self.queued = text
         when = "the reply ends · Esc stops it" if self.busy else "the engine is ready"
-        self.queued_widget = await self.query_one(Transcript).add_user(text, via="pending")
+        self.queued_widget = await self.transcript.add_user(text, via="pending")
         self.note(f"Queued: {_short(text)} · sends when {when}")
 
     async def _drop_queued(self) -> None:
@@ -188,14 +226,13 @@ class ChatScreen(ChatEvents, ChatEdits, Screen):
 
     async def send_turn(self, text: str) -> bool:
         options = self.engine.options
-        request_id = self.send("turn", session=self.session, text=text,
+        request_id = self.send("turn", self.turn_answer(), session=self.session, text=text,
                                max_tokens=options.max_tokens, **options.sampling)
         if request_id is None:
             return False
         self.messages.append(ChatMessage("user", text))
-        transcript = self.query_one(Transcript)
-        await transcript.add_user(text)
-        self.current, self.current_req = await transcript.add_assistant(), request_id
+        await self.transcript.add_user(text)
+        await self._reply()
         self.note("")
         return True
 
@@ -206,30 +243,21 @@ class ChatScreen(ChatEvents, ChatEdits, Screen):
             if not await self.send_turn(text):
                 await self._queue(text)
 
-    async def _finish_current(self, stop: str, detail: str = "") -> None:
-        if self.current is not None:
-            await self.current.finish(stop, detail)
-        self.current, self.current_req = None, None
-
     # -- actions ------------------------------------------------------------------------------
     def action_cancel(self) -> None:
         if self.busy and self.send("cancel", session=self.session) is not None:
             self.note("Stopping the reply…")
 
     def action_save(self) -> None:
-        request_id = self.send("save", session=self.session)
-        if request_id is not None:
-            self.save_req = request_id
-            self.query_one(StatusBar).snapshot = {"status": "saving"}
+        if self.send("save", self.save_answer(), session=self.session) is not None:
+            self.status_bar.snapshot = {"status": "saving"}
 
     def action_restore(self) -> None:
         if self.busy:
             self.note("Wait for the reply to end (Esc stops it), then restore.", "warning")
             return
-        request_id = self.send("restore", session=self.session)
-        if request_id is not None:
-            self.restore_req = request_id
-            self.query_one(BootBanner).show("Restoring the last snapshot…")
+        if self.send("restore", self.restore_answer(), session=self.session) is not None:
+            self.banner.show("Restoring the last snapshot…")
 
     def action_new_session(self) -> None:
         from .new_session import NewSessionScreen
@@ -264,8 +292,7 @@ class ChatScreen(ChatEvents, ChatEdits, Screen):
         model_session_flow(self)
 
     def action_toggle_ring(self) -> None:
-        ring = self.query_one(RingView)
-        ring.display = not ring.display
+        self.ring_view.display = not self.ring_view.display
 
 
 def _short(text: str, limit: int = 40) -> str:

@@ -9,14 +9,15 @@ Fork asks for a name, has the engine copy the session, and switches to the copy.
 
 from __future__ import annotations
 
-from ..widgets.prompt import Prompt
+from typing import TYPE_CHECKING
+
+from .chat_answers import Answer, ends_with
+
+if TYPE_CHECKING:
+    from engine.process.events import Forked, Undone
 
 
 class ChatEdits:
-    edit_req: int | None = None  # the `undo` of an edit: its text goes back to the prompt
-    edit_text: str = ""
-    fork_req: int | None = None
-
     def _can_edit(self, what: str) -> bool:
         if self.fatal or not self.session_open:
             self.note(f"Wait for the session to open, then {what}.", "warning")
@@ -35,8 +36,8 @@ class ChatEdits:
         if not self._can_edit("regenerate"):
             return
         options = self.engine.options
-        if self.send("regenerate", session=self.session, max_tokens=options.max_tokens,
-                     **options.sampling) is not None:
+        if self.send("regenerate", self.turn_answer(), session=self.session,
+                     max_tokens=options.max_tokens, **options.sampling) is not None:
             self.note("Regenerating the last reply…")
 
     def action_undo(self) -> None:
@@ -47,9 +48,16 @@ class ChatEdits:
         if not self._can_edit("edit"):
             return
         text = self.messages[-2].content
-        request_id = self.send("undo", session=self.session)
-        if request_id is not None:
-            self.edit_req, self.edit_text = request_id, text
+
+        async def edited(event: Undone) -> None:  # the message goes back to the prompt
+            await self.handle_undone(event)
+            self.prompt.load_text(text)
+            self.prompt.move_cursor(self.prompt.document.end)
+            self.prompt.focus()
+            self.note("Edit your message; Enter sends it.")
+
+        answer = Answer({"undone": edited}, ends_with("undone"))
+        if self.send("undo", answer, session=self.session) is not None:
             self.note("Taking your last message back to edit it…")
 
     def action_copy_reply(self) -> None:
@@ -75,26 +83,18 @@ class ChatEdits:
 
     def _fork_as(self, name: str | None) -> None:
         if name:
-            self.fork_req = self.send("fork", session=self.session, new=name)
+            self.send("fork", session=self.session, new=name)
 
     # -- their answers (called from ChatEvents' table) -------------------------------------
-    async def handle_undone(self, event: dict) -> None:
+    async def handle_undone(self, event: Undone) -> None:
         await self._rebuild(event)
         how = ("rolled back, nothing re-read" if event.get("method") == "rollback"
                else f"replayed: {event.get('reason')}")
         self.note(f"Took back {len(event.get('retracted') or [])} message(s) · {how}")
-        if event.get("req") is not None and event.get("req") == self.edit_req:
-            prompt = self.query_one(Prompt)
-            prompt.load_text(self.edit_text)
-            prompt.move_cursor(prompt.document.end)
-            prompt.focus()
-            self.edit_req = None
-            self.note("Edit your message; Enter sends it.")
 
-    async def handle_forked(self, event: dict) -> None:
-        if event.get("req") != self.fork_req:
-            return
-        self.fork_req = None
+    async def handle_forked(self, event: Forked) -> None:
+        # `forked` only ever answers this screen's fork: nothing else writes to this engine
+        # (`channel fork` copies the files without it), so it needs no answer of its own.
         new = event.get("new")
         self.notify(f"Forked {self.session!r} as {new!r} ({event.get('events', 0)} events); "
                     "switching to the fork", title="Fork")

@@ -1,14 +1,16 @@
 """How the chat screen reacts to engine events (docs/protocol.md, "Events").
 
-A mixin of ChatScreen. `event_handlers` is the dispatch table, one line per event type; a
-handler's name is never derived from the event's (Textual routes its own messages by
+A mixin of ChatScreen. `event_handlers` is the dispatch table, one line per event type: what
+an event of that type means for the screen, whoever caused it. An event answering one of the
+screen's own requests may be taken by that request's answer first (screens/chat_answers.py).
+A handler's name is never derived from the event's (Textual routes its own messages by
 `_on_<name>` and `on_<name>`, so a derived name could catch one). Events for another session
 (say, the `snapshot` of a session being closed during a switch) are ignored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from engine.paths import SessionFiles
 from engine.process.protocol import PROTOCOL_VERSION
@@ -16,13 +18,20 @@ from engine.process.protocol import PROTOCOL_VERSION
 from .. import format as fmt
 from ..export import ChatMessage
 from ..messages import EngineFatal, EngineLost, SessionEvent
-from ..widgets.boot_banner import BootBanner
-from ..widgets.prompt import Prompt
-from ..widgets.ring_view import RingView
-from ..widgets.status_bar import StatusBar
-from ..widgets.transcript import Transcript
 
-EventHandler = Callable[[dict], Awaitable[None]]
+if TYPE_CHECKING:
+    from engine.process.events import (
+        Booted,
+        EndOfTurn,
+        Error,
+        Event,
+        Ready,
+        Token,
+        TurnStarted,
+        Undone,
+    )
+
+    from .chat_answers import EventHandler
 
 
 class ChatEvents:
@@ -57,83 +66,72 @@ class ChatEvents:
             "forked": self.handle_forked,
         }
 
-    async def handle_event(self, event: dict) -> None:
+    async def handle_event(self, event: Event) -> None:
         session = event.get("session")
         if session is not None and session != self.session:
             return
-        handler = self.event_handlers().get(event.get("type", ""))
+        kind = event.get("type", "")
+        handler = self.event_handlers().get(kind)
+        answer = self.take_answer(event)
+        if answer is not None:
+            handler = answer.handlers.get(kind, handler)
         if handler is not None:
             await handler(event)
 
     # -- engine lifecycle ---------------------------------------------------------------------
-    async def handle_progress(self, event: dict) -> None:
-        self.query_one(BootBanner).progress(
-            "Building the weight image (first run only)…", event.get("done", 0),
-            event.get("total", 0), tokens=False)
+    async def handle_progress(self, event: Event) -> None:
+        self.banner.progress("Building the weight image (first run only)…",
+                             event.get("done", 0), event.get("total", 0), tokens=False)
 
-    async def handle_ready(self, event: dict) -> None:
+    async def handle_ready(self, event: Ready) -> None:
         if event.get("protocol") != PROTOCOL_VERSION:
             self.notify(f"The engine speaks protocol {event.get('protocol')}; this app was "
                         f"written for {PROTOCOL_VERSION}.", severity="warning")
-        status = self.query_one(StatusBar)
-        status.model = event.get("model", "?")
-        status.backend = event.get("backend", "")
-        status.engine_state = ""
+        self.status_bar.model = event.get("model", "?")
+        self.status_bar.backend = event.get("backend", "")
         self.open_session(self.session, cold=self.engine.take_cold())
 
-    async def handle_error(self, event: dict) -> None:
+    async def handle_error(self, event: Error) -> None:
+        """An error no request of ours answers for (chat_answers.py): a fatal one, a refused
+        line, or the failure of a request that has no answer of its own (undo, fork…)."""
         message = event.get("message", "unknown error")
-        req = event.get("req")
         if event.get("fatal"):
             await self.show_fatal(message)
-        elif req is not None and req == self.open_req:
-            await self.show_fatal(f"Could not open session {self.session!r}: {message}")
-        elif req is not None and req == self.current_req:
-            await self._finish_current("failed", message)
-            self.note(f"The turn failed: {message}", "error")
-        elif req is not None and req == self.save_req:
-            self.query_one(StatusBar).snapshot = {"status": "failed", "error": message}
-            self.notify(f"Save failed: {message}", severity="error")
-        elif req is not None and req == self.restore_req:
-            self.query_one(BootBanner).show(f"Restore failed: {message}", kind="error")
         else:
             self.notify(message, title="Engine error", severity="error")
 
-    async def handle_warning(self, event: dict) -> None:
+    async def handle_warning(self, event: Event) -> None:
         self.notify(event.get("message", ""), title="Warning", severity="warning")
 
     async def show_fatal(self, message: str, detail: str = "") -> None:
         """The engine cannot serve (bad model, unreadable data dir, …): say so plainly."""
-        self.fatal = True
         self.fatal_message = message
+        self.fatal = True
         await self._finish_current("failed")
-        self.query_one(BootBanner).show(f"⚠ {message}", detail or "Ctrl+Q quits.", "error")
-        self.query_one(StatusBar).engine_state = "stopped"
-        await self.query_one(Transcript).add_note(message, "error")
+        self.banner.show(f"⚠ {message}", detail or "Ctrl+Q quits.", "error")
+        await self.transcript.add_note(message, "error")
 
     async def engine_lost(self, description: str, stderr_tail: list[str]) -> None:
         """The engine exited unexpectedly; the app restarts it. The draft stays untouched."""
+        self.answers.clear()  # request ids start again at 1 with the next engine process
         await self._finish_current("interrupted")
         self.session_open = False  # the queue waits for the restarted engine's boot
         last = next((line for line in reversed(stderr_tail) if line.strip()), "")
-        self.query_one(BootBanner).show(f"The engine exited ({description}) · restarting…",
-                                        last, "error")
-        self.query_one(StatusBar).engine_state = "restarting…"
+        self.banner.show(f"The engine exited ({description}) · restarting…", last, "error")
+        self.status_bar.engine_state = "restarting…"
         self.restart_note = f"The engine exited ({description}) and was restarted."
-        await self.query_one(Transcript).add_note(self.restart_note, "error")
+        await self.transcript.add_note(self.restart_note, "error")
 
     # -- booting ------------------------------------------------------------------------------
-    async def handle_replay_progress(self, event: dict) -> None:
-        self.query_one(BootBanner).progress(
-            f"Booting {self.session!r} · replaying the conversation…", event.get("done", 0),
-            event.get("total", 0))
+    async def handle_replay_progress(self, event: Event) -> None:
+        self.banner.progress(f"Booting {self.session!r} · replaying the conversation…",
+                             event.get("done", 0), event.get("total", 0))
 
-    async def handle_booted(self, event: dict) -> None:
+    async def handle_booted(self, event: Booted) -> None:
         await self._rebuild(event)
-        self.query_one(BootBanner).show_boot(event)
+        self.banner.show_boot(event)
         self.session_open = True
-        status = self.query_one(StatusBar)
-        status.engine_state = ""
+        status = self.status_bar
         if event.get("model"):  # sessions run on their own models (docs/models.md)
             status.model = event["model"]
         if event.get("kind") in ("warm", "cold"):
@@ -143,7 +141,7 @@ class ChatEvents:
                 status.snapshot_saved_at = saved_at
         if self.restart_note:
             kind = "warm" if event.get("kind") == "warm" else "cold"
-            await self.query_one(Transcript).add_note(
+            await self.transcript.add_note(
                 f"{self.restart_note} It booted {kind}: {fmt.boot_line(event)}.", "info")
             self.restart_note = None
         for warning in event.get("warnings") or []:
@@ -152,7 +150,7 @@ class ChatEvents:
             await self.send_queued()
         # else the engine answers that unanswered message first; the queue follows it.
 
-    def _snapshot_on_disk(self, event: dict) -> tuple[dict | None, float | None]:
+    def _snapshot_on_disk(self, event: Booted) -> tuple[dict | None, float | None]:
         """The status bar's snapshot for what a boot found, and when it was saved."""
         if event.get("kind") != "warm":
             return None, None
@@ -162,83 +160,64 @@ class ChatEvents:
             return {"status": "loaded", "bytes": event.get("snapshot_bytes")}, None
         return {"status": "saved", "bytes": st.st_size}, st.st_mtime
 
-    async def handle_restored(self, event: dict) -> None:
+    async def handle_restored(self, event: Booted) -> None:
         await self._rebuild(event)
-        self.query_one(BootBanner).show_boot(event, restored=True)
+        self.banner.show_boot(event, restored=True)
         self.session_open = True
-        self.query_one(StatusBar).boot = event
+        self.status_bar.boot = event
         took = event.get("total_ms", event.get("restore_ms"))
         self.notify(f"Restored {event.get('restored_slots', 0):,} slots in {fmt.ms(took)}",
                     title="Restore")
 
-    async def _rebuild(self, event: dict) -> None:
+    async def _rebuild(self, event: Booted | Undone) -> None:
         self.messages = [ChatMessage(m.get("role", "?"), m.get("content", ""), m.get("id"),
                                      m.get("ts"), m.get("stop"))
                          for m in event.get("transcript") or [] if not m.get("hidden")]
         await self._finish_current("interrupted")
-        await self.query_one(Transcript).show(self.messages)
+        await self.transcript.show(self.messages)
         if self.queued is not None:  # still waiting: show it again below the transcript
-            self.queued_widget = await self.query_one(Transcript).add_user(
-                self.queued, via="pending")
-        prompt = self.query_one(Prompt)
-        prompt.past_prompts = [m.content for m in self.messages if m.role == "user"]
+            self.queued_widget = await self.transcript.add_user(self.queued, via="pending")
+        self.prompt.past_prompts = [m.content for m in self.messages if m.role == "user"]
 
     # -- turns --------------------------------------------------------------------------------
-    async def handle_turn_started(self, event: dict) -> None:
-        if self.current is None:  # a turn we did not send: an external append, or open
-            self.current = await self.query_one(Transcript).add_assistant()
-        self.current_req = event.get("req")
+    async def handle_turn_started(self, event: TurnStarted) -> None:
+        await self._reply()  # ours is shown already; else another program's message, or open
 
-    async def handle_token(self, event: dict) -> None:
-        if self.current is None:
-            self.current = await self.query_one(Transcript).add_assistant()
-        await self.current.append(event.get("text", ""))
+    async def handle_token(self, event: Token) -> None:
+        reply = await self._reply()
+        await reply.append(event.get("text", ""))
 
-    async def handle_end_of_turn(self, event: dict) -> None:
+    async def handle_end_of_turn(self, event: EndOfTurn) -> None:
         if self.current is None:
-            self.current = await self.query_one(Transcript).add_assistant()
-            await self.current.append(event.get("reply", ""))
+            reply = await self._reply()
+            await reply.append(event.get("reply", ""))
         stop = event.get("stop", "eot")
         detail = (f"{event.get('decode_tokens', 0):,} tokens · "
                   f"{event.get('decode_tok_s', 0):.1f} tok/s")
-        await self._finish_current(stop, detail)
+        await self._finish_current(stop, detail)  # and the note about the reply goes
         self.messages.append(ChatMessage("assistant", event.get("reply", ""),
                                          event.get("event_id"), None, stop))
-        self.query_one(StatusBar).tok_s = event.get("decode_tok_s")
-        self.note("")
+        self.status_bar.tok_s = event.get("decode_tok_s")
         await self.send_queued()
 
-    async def handle_cancelling(self, event: dict) -> None:
+    async def handle_cancelling(self, event: Event) -> None:
         if event.get("turn_active"):
             self.note("Stopping the reply…")
 
-    async def handle_stream_event(self, event: dict) -> None:
+    async def handle_stream_event(self, event: Event) -> None:
         role, content = event.get("role", "?"), event.get("content", "")
         self.messages.append(ChatMessage(role, content, event.get("id"), event.get("ts")))
         if role == "user":
-            await self.query_one(Transcript).add_user(content, via="sent by another program")
+            await self.transcript.add_user(content, via="sent by another program")
         else:
-            await self.query_one(Transcript).add_note(f"{role} (appended): {content}")
+            await self.transcript.add_note(f"{role} (appended): {content}")
 
     # -- ring and snapshots -------------------------------------------------------------------
-    async def handle_ring(self, event: dict) -> None:
-        self.query_one(StatusBar).ring = event
-        self.query_one(RingView).update_ring(event)
-        self.query_one(Transcript).show_memory(event.get("turns", []),
-                                               bool(event.get("older_turns_forgotten")))
+    async def handle_ring(self, event: Event) -> None:
+        self.status_bar.ring = event
+        self.ring_view.update_ring(event)
+        self.transcript.show_memory(event.get("turns", []),
+                                    bool(event.get("older_turns_forgotten")))
 
-    async def handle_snapshot(self, event: dict) -> None:
-        self.query_one(StatusBar).snapshot = event
-        if event.get("req") is not None and event.get("req") == self.save_req:
-            status = event.get("status")
-            if status == "saved":
-                text = (f"Snapshot saved · {fmt.size(event.get('bytes'))} in "
-                        f"{fmt.ms(event.get('ms'))}")
-            elif status == "exists":
-                text = "Snapshot unchanged · nothing new since the last save"
-            else:
-                text = f"Snapshot {fmt.snapshot_text(event, None)}"
-            self.notify(text, title="Save", severity="error" if status == "failed"
-                        else "information")
-            if status != "saving":
-                self.save_req = None
+    async def handle_snapshot(self, event: Event) -> None:
+        self.status_bar.snapshot = event
