@@ -93,6 +93,7 @@ class Geometry:
     qtype: str
     arch: str = "llama"  # a key of engine.model.architecture.ARCHITECTURES
     head_dim: int = 0  # 0: d_model / heads; else written as attention.key_length (Qwen3)
+    window: int = 0  # attention.sliding_window (Gemma 3's window layers); 0: none
 
     @property
     def hd(self) -> int:
@@ -106,6 +107,12 @@ PRESETS: dict[str, Geometry] = {
     # Qwen2.5-0.5B's and Qwen3-0.6B's shapes (pass --tokenizer-from a qwen2 vocabulary).
     "qwen2.5-0.5b": Geometry(24, 896, 14, 2, 4864, 32768, 1e6, 1e-6, "Q4_0", "qwen2"),
     "qwen3-0.6b": Geometry(28, 1024, 16, 8, 3072, 40960, 1e6, 1e-6, "Q4_0", "qwen3", 128),
+    # Gemma 3 270M's and 1B's shapes: five 512-token window layers to one global (their
+    # 262k vocabulary is not copied: the tokenizer is whatever --tokenizer-from gives).
+    "gemma3-270m": Geometry(18, 640, 4, 1, 2048, 32768, 1e6, 1e-6, "Q4_0", "gemma3", 256,
+                            window=512),
+    "gemma3-1b": Geometry(26, 1152, 4, 1, 6912, 32768, 1e6, 1e-6, "Q4_0", "gemma3", 256,
+                          window=512),
 }
 DEFAULT = PRESETS["tiny"]
 
@@ -277,6 +284,8 @@ def write_gguf(
     if geo.head_dim:
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)
+    if geo.window:
+        writer.add_sliding_window(geo.window)
     writer.add_vocab_size(n_vocab)
     writer.add_file_type(int(FILE_TYPES[qtype]))
     writer.add_quantization_version(2)  # ggml's QK format version (GGML_QNT_VERSION)
@@ -344,6 +353,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--arch", choices=sorted(ARCHITECTURES), help="general.architecture")
     parser.add_argument("--head-dim", type=int, help="attention.key_length (default d/heads)")
+    parser.add_argument("--window", type=int, help="attention.sliding_window (gemma3)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--name", help="general.name (default: describes the geometry)")
     parser.add_argument(
@@ -369,6 +379,7 @@ def geometry_from_args(args: argparse.Namespace) -> Geometry:
         "qtype",
         "arch",
         "head_dim",
+        "window",
     )
     overrides = {f: getattr(args, f) for f in fields if getattr(args, f) is not None}
     return replace(geo, **overrides)
