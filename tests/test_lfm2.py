@@ -71,6 +71,19 @@ def test_config_and_weights_follow_the_lfm2_metadata(lfm2) -> None:
     assert conv_state.shape == (3, 2, 64)
 
 
+def test_the_weight_image_is_built_once_and_mapped_after(tmp_path) -> None:
+    first = load_model(FIXTURE, tmp_path)
+    second = load_model(FIXTURE, tmp_path)
+    assert first.image_built and not second.image_built
+    assert second.config == first.config
+    for a, b in zip(first.weights.layers, second.weights.layers):
+        for name in ("conv_in", "conv_weight", "conv_out", "wqkv", "q_norm"):
+            if getattr(a, name) is None:
+                assert getattr(b, name) is None
+            else:
+                np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+
+
 def test_the_table_lists_tensors_by_layer_kind() -> None:
     lfm2 = ARCHITECTURES["lfm2"]
     assert lfm2.layer_tensors(0, CONV) == [
