@@ -26,6 +26,7 @@ from typing import Any
 # Layer kinds live in layer_kinds.py; they are named here too, where most modules look.
 from .layer_kinds import CONV, FULL, WINDOW, layer_kinds, layer_kv_heads
 from .layer_kinds import LAYER_KINDS as LAYER_KINDS
+from .layer_kinds import swa_layer_kinds as swa_layer_kinds
 
 INTERLEAVED = "interleaved"  # rotate (x[2i], x[2i+1]): llama.cpp permutes llama's Q/K rows so
 SPLIT_HALF = "split_half"  # rotate (x[i], x[i + d/2]): HF's layout, kept by qwen2/qwen3/phi3
