@@ -39,11 +39,13 @@ from gguf import GGMLQuantizationType as QT  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from engine.model.architecture import CONV, FULL  # noqa: E402
 from tests.tiny_model import (  # noqa: E402
     LLAMA3_SCALING,
     TinySpec,
     copy_tokenizer,
     gemma_tokenizer,
+    lfm2_tokenizer,
     write_tiny_gguf,
 )
 
@@ -73,6 +75,14 @@ FIXTURES: dict[str, tuple[TinySpec, str, dict]] = {
                         sliding_window=8, rope_linear_factor=8.0, tied=False), "gemma3",
                {"query_pre_attn_scalar": 32,
                 "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0}}}),
+    # Short-convolution layers (3 taps) around one grouped-query attention layer with
+    # QK-norm; token_embd_norm as the final norm, as LFM2's GGUFs have. Untied, unlike real
+    # LFM2: random tied embeddings make every position predict its own token, and the
+    # greedy check would repeat one token. transformers reads the per-layer K/V heads (0:
+    # conv) and l_cache from the GGUF, not that the output matrix is untied.
+    "lfm2": (TinySpec(architecture="lfm2", n_layers=4, layer_kinds=(CONV, CONV, FULL, CONV),
+                      conv_kernel=3, rope_theta=1e6, tied=False), "lfm2",
+             {"tie_word_embeddings": False}),
 }
 # Fixtures added later keep their seed wherever they sit in FIXTURES (the first six: their
 # position), so that adding another never changes their bytes.
@@ -93,7 +103,8 @@ PHI3 = ("{% for m in messages %}{{ '<|' + m['role'] + '|>\\n' + m['content'] + '
         "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}")
 TEMPLATES = {"llama-bpe": LLAMA3, "llama-spm": MISTRAL, "qwen2": CHATML, "phi-3": PHI3}
 # Vocabularies made from another fixture's (no such vocabulary can be fetched offline).
-DERIVED_VOCABULARIES = {"gemma3": ("llama-spm", gemma_tokenizer)}
+DERIVED_VOCABULARIES = {"gemma3": ("llama-spm", gemma_tokenizer),
+                        "lfm2": ("qwen2", lfm2_tokenizer)}
 WEIGHT_TYPE = QT.Q8_0  # quantized like real files; both sides dequantize with gguf-py
 
 

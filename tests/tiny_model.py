@@ -15,7 +15,7 @@ import gguf
 import numpy as np
 from gguf import GGMLQuantizationType as QT
 
-from engine.model.architecture import ARCHITECTURES
+from engine.model.architecture import ARCHITECTURES, CONV
 
 CHATML = (
     "{% for message in messages %}"
@@ -46,6 +46,10 @@ class TinySpec:
     rope_freq_factors: bool = False  # a Llama 3 style rope_freqs.weight tensor
     rope_linear_factor: float = 0.0  # linear RoPE scaling factor (0: none)
     sliding_window: int = 0  # written as attention.sliding_window when set (gemma3's layers)
+    # Each layer's kind, where some are CONV (LFM2): head_count_kv is then written per layer,
+    # 0 for a CONV layer, with shortconv.l_cache = conv_kernel. (): every layer attends.
+    layer_kinds: tuple[str, ...] = ()
+    conv_kernel: int = 3
 
     @property
     def hd(self) -> int:
@@ -161,8 +165,11 @@ def tensor_shapes(spec: TinySpec, vocab: int) -> dict[str, tuple[int, ...]]:
         "post_attention_norm.weight": (d,), "post_ffw_norm.weight": (d,),
         "ffn_gate.weight": (f, d), "ffn_down.weight": (d, f),
         "ffn_up.weight": (2 * f, d) if arch.fused_gate_up else (f, d),
+        "token_embd_norm.weight": (d,), "shortconv.in_proj.weight": (3 * d, d),
+        "shortconv.conv.weight": (d, spec.conv_kernel), "shortconv.out_proj.weight": (d, d),
     }
-    names = arch.model_tensors(spec.n_layers, spec.tied, spec.rope_freq_factors)
+    names = arch.model_tensors(spec.n_layers, spec.tied, spec.rope_freq_factors,
+                               spec.layer_kinds)
     return {name: by_role[name.split(".", 2)[-1] if name.startswith("blk.") else name]
             for name in names}
 
@@ -181,7 +188,12 @@ def write_tiny_gguf(path: Path, spec: TinySpec = TinySpec(),
     w.add_embedding_length(d)
     w.add_feed_forward_length(f)
     w.add_head_count(spec.n_heads)
-    w.add_head_count_kv(spec.n_kv_heads)
+    if CONV in spec.layer_kinds:
+        w.add_head_count_kv([0 if kind == CONV else spec.n_kv_heads
+                             for kind in spec.layer_kinds])
+        w.add_shortconv_l_cache(spec.conv_kernel)
+    else:
+        w.add_head_count_kv(spec.n_kv_heads)
     if spec.head_dim:
         w.add_key_length(hd)
         w.add_value_length(hd)
@@ -202,6 +214,9 @@ def write_tiny_gguf(path: Path, spec: TinySpec = TinySpec(),
         if len(shape) == 1:  # norms near 1, biases near 0; always F32, as converters write
             base = 0.0 if name.endswith(".bias") else 1.0
             w.add_tensor(name, (base + 0.1 * rng.standard_normal(shape)).astype(np.float32))
+            return
+        if name.endswith("shortconv.conv.weight"):  # F32 too: rows of conv_kernel taps
+            w.add_tensor(name, (0.3 * rng.standard_normal(shape)).astype(np.float32))
             return
         scale = 0.5 if name == "token_embd.weight" else 0.08
         data = (scale * rng.standard_normal(shape)).astype(np.float32)
@@ -317,4 +332,52 @@ def gemma_tokenizer(writer: gguf.GGUFWriter, source: Path) -> int:
     writer.add_add_eos_token(False)
     writer.add_add_space_prefix(False)
     writer.add_chat_template(GEMMA3_TEMPLATE)
+    return len(tokens)
+
+
+# LFM2's chat template (LiquidAI/LFM2-*), without its tool-calling branches: a BOS, then
+# ChatML turns; a system message is kept only when there is one.
+LFM2_TEMPLATE = (
+    "{{- bos_token -}}"
+    "{%- set ns = namespace(system_prompt='') -%}"
+    "{%- if messages[0]['role'] == 'system' -%}"
+    "{%- set ns.system_prompt = messages[0]['content'] -%}"
+    "{%- set messages = messages[1:] -%}"
+    "{%- endif -%}"
+    "{%- if ns.system_prompt -%}"
+    "{{- '<|im_start|>system\\n' + ns.system_prompt + '<|im_end|>\\n' -}}"
+    "{%- endif -%}"
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
+    "{%- set content = message['content'] -%}"
+    "{%- if content is not string -%}{%- set content = content | tojson -%}{%- endif -%}"
+    "{{- content + '<|im_end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+)
+
+
+def lfm2_tokenizer(writer: gguf.GGUFWriter, source: Path) -> int:
+    """An LFM2-style byte-level BPE tokenizer from the byte-level fixture `source` (qwen2's):
+    its tokens and merges, pre-tokenizer `lfm2` (llama.cpp groups it with llama3's regex),
+    <|startoftext|> added as the BOS that LFM2 always prepends, <|im_end|> as EOS (as LFM2's
+    GGUFs declare it), and LFM2's chat template. Returns the vocabulary size."""
+    reader = gguf.GGUFReader(source, "r")
+
+    def values(key: str) -> list:
+        return field_value(reader.fields[key])[0]
+
+    tokens = list(values("tokenizer.ggml.tokens")) + [b"<|startoftext|>"]
+    types = list(values("tokenizer.ggml.token_type")) + [3]
+    ids = {bytes(t).decode(): i for i, t in enumerate(tokens)}
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("lfm2")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(values("tokenizer.ggml.merges"))
+    writer.add_bos_token_id(ids["<|startoftext|>"])
+    writer.add_eos_token_id(ids["<|im_end|>"])
+    writer.add_pad_token_id(ids["<|endoftext|>"])
+    writer.add_add_bos_token(True)
+    writer.add_chat_template(LFM2_TEMPLATE)
     return len(tokens)

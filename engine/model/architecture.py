@@ -19,15 +19,14 @@ a model needs it in `needed_features`, and add it to the backends that implement
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# What one layer's state is (docs/memory.md): a K/V plane in the ring (FULL), a K/V plane of
-# the newest `window` tokens (WINDOW: Gemma 3's sliding-window layers), or a fixed-size
-# recurrent carry (CONV: LFM2's short convolution, the last conv_kernel - 1 inputs).
-FULL, WINDOW, CONV = "full", "window", "conv"
-LAYER_KINDS = (FULL, WINDOW, CONV)
+# Layer kinds live in layer_kinds.py; they are named here too, where most modules look.
+from .layer_kinds import CONV, FULL, WINDOW, layer_kinds, layer_kv_heads
+from .layer_kinds import LAYER_KINDS as LAYER_KINDS
+from .layer_kinds import swa_layer_kinds as swa_layer_kinds
 
 INTERLEAVED = "interleaved"  # rotate (x[2i], x[2i+1]): llama.cpp permutes llama's Q/K rows so
 SPLIT_HALF = "split_half"  # rotate (x[i], x[i + d/2]): HF's layout, kept by qwen2/qwen3/phi3
@@ -59,9 +58,14 @@ class Architecture:
     # Block counts whose queries are scaled by 1/sqrt(d_model / n_heads), not 1/sqrt(head_dim):
     # the GGUF does not carry query_pre_attn_scalar, so llama.cpp keys it on the model size.
     width_scaled_queries_at: frozenset[int] = frozenset()
+    # Layers without K/V heads (a 0 in the per-layer `attention.head_count_kv`) are
+    # short-convolution blocks (CONV), as in LFM2: see SHORT_CONV_TENSORS.
+    conv_layers: bool = False
+    output_norm: str = "output_norm"  # the final norm's tensor (LFM2's: token_embd_norm)
 
-    def layer_tensors(self, i: int) -> list[str]:
-        """The GGUF tensors layer i must have, and the only ones it may have."""
+    def layer_tensors(self, i: int, kind: str = FULL) -> list[str]:
+        """The GGUF tensors layer i, of state kind `kind`, must have, and the only ones it
+        may have."""
         blk = f"blk.{i}."
         names = ["attn_norm.weight", "attn_output.weight", "ffn_norm.weight",
                  "ffn_down.weight", "ffn_up.weight"]
@@ -75,17 +79,30 @@ class Architecture:
             names += ["attn_q_norm.weight", "attn_k_norm.weight"]
         if self.post_norms:
             names += ["post_attention_norm.weight", "post_ffw_norm.weight"]
+        if kind == CONV:  # the short convolution takes attention's place; attn_norm stays
+            names = [n for n in names if n == "attn_norm.weight" or not n.startswith("attn_")]
+            names += SHORT_CONV_TENSORS
         return [blk + name for name in names]
 
-    def model_tensors(self, n_layers: int, tied: bool, has_rope_freqs: bool) -> list[str]:
-        names = ["token_embd.weight", "output_norm.weight"]
+    def model_tensors(self, n_layers: int, tied: bool, has_rope_freqs: bool,
+                      kinds: Sequence[str] = ()) -> list[str]:
+        """Every tensor a model of n_layers layers (of these kinds; () is all FULL) has."""
+        names = ["token_embd.weight", f"{self.output_norm}.weight"]
         if not tied:
             names.append("output.weight")
         if has_rope_freqs:
             names.append("rope_freqs.weight")
         for i in range(n_layers):
-            names += self.layer_tensors(i)
+            names += self.layer_tensors(i, kinds[i] if kinds else FULL)
         return names
+
+
+# A CONV layer's operator (LFM2's ShortConv), in place of attention's projections: in_proj
+# makes (B, C, x) of d_model each; B*x goes through a causal depthwise convolution of
+# conv_kernel taps (conv.weight, (d_model, conv_kernel)) whose carry is the last
+# conv_kernel - 1 inputs; C times its output goes through out_proj.
+SHORT_CONV_TENSORS = ["shortconv.in_proj.weight", "shortconv.conv.weight",
+                      "shortconv.out_proj.weight"]
 
 
 ARCHITECTURES: dict[str, Architecture] = {
@@ -102,6 +119,11 @@ ARCHITECTURES: dict[str, Architecture] = {
         Architecture("gemma3", SPLIT_HALF, qk_norm=True, post_norms=True, geglu=True,
                      embed_scale=True, swa_pattern=6, swa_rope_base=10000.0,
                      width_scaled_queries_at=frozenset({62})),
+        # LFM2 (350M-2.6B, dense): short-convolution layers between grouped-query attention
+        # layers with QK-norm; the final norm is named token_embd_norm (llama.cpp's
+        # LLM_TENSOR_OUTPUT_NORM_LFM2, "fix for wrong tensor name").
+        Architecture("lfm2", SPLIT_HALF, qk_norm=True, conv_layers=True,
+                     output_norm="token_embd_norm"),
     )
 }
 
@@ -109,6 +131,7 @@ ARCHITECTURES: dict[str, Architecture] = {
 NOT_YET: dict[str, str] = {
     "gemma": "Gemma 1's block is not checked against a reference (Gemma 3 is supported)",
     "gemma2": "logit soft-capping on attention and output is not implemented",
+    "lfm2moe": "mixture-of-experts layers are not implemented",
     "mistral3": "the Mistral 3 vision-language layout is not implemented",
     "phi2": "partial rotary and biased LayerNorm are not implemented",
     "qwen2moe": "mixture-of-experts layers are not implemented",
@@ -139,14 +162,15 @@ FEATURES: dict[str, str] = {
     "post_norms": "post-norms",
     "geglu": "GeGLU",
     "embed_scale": "embedding scaling",
+    "conv_layers": "short-convolution layers",
 }
 ALL_FEATURES = frozenset(FEATURES)
 
 
 def needed_features(arch: Architecture, q_dim: int, d_model: int,
-                    window_layers: bool = False) -> frozenset[str]:
-    """The FEATURES a model of `arch` with this geometry (and WINDOW layers, if it has
-    them) needs of a forward pass."""
+                    window_layers: bool = False, conv_layers: bool = False) -> frozenset[str]:
+    """The FEATURES a model of `arch` with this geometry (and WINDOW or CONV layers, if it
+    has them) needs of a forward pass."""
     needs = {
         "split_half_rope": arch.rope_style == SPLIT_HALF,
         "qkv_bias": arch.qkv_bias,
@@ -158,6 +182,7 @@ def needed_features(arch: Architecture, q_dim: int, d_model: int,
         "post_norms": arch.post_norms,
         "geglu": arch.geglu,
         "embed_scale": arch.embed_scale,
+        "conv_layers": conv_layers,
     }
     return frozenset(name for name, needed in needs.items() if needed)
 
@@ -181,18 +206,16 @@ def metadata_features(get: Metadata) -> frozenset[str]:
     name = get("general.architecture")
     heads, d_model = get(f"{name}.attention.head_count"), get(f"{name}.embedding_length")
     head_dim = get(f"{name}.attention.key_length") or (d_model // heads if heads else 0)
-    arch = ARCHITECTURES[name]
-    windowed = bool(arch.swa_pattern and (get(f"{name}.attention.sliding_window") or 0) > 0)
-    return needed_features(arch, (heads or 0) * head_dim, d_model or 0, windowed)
+    kinds = metadata_layer_kinds(get, int(get(f"{name}.block_count") or 0))
+    return needed_features(ARCHITECTURES[name], (heads or 0) * head_dim, d_model or 0,
+                           WINDOW in kinds, CONV in kinds)
 
 
-def swa_layer_kinds(arch: Architecture, n_layers: int, window: int) -> tuple[str, ...]:
-    """Each layer's kind under the architecture's sliding-window pattern (llama.cpp's
-    set_swa_pattern: layer i is global when i % n == n - 1); () when it has none."""
-    if not arch.swa_pattern or window <= 0:
-        return ()
-    n = arch.swa_pattern
-    return tuple(FULL if i % n == n - 1 else WINDOW for i in range(n_layers))
+def metadata_layer_kinds(get: Metadata, n_layers: int) -> tuple[str, ...]:
+    """layer_kinds of a GGUF from its metadata."""
+    name = get("general.architecture")
+    window = int(get(f"{name}.attention.sliding_window") or 0)
+    return layer_kinds(ARCHITECTURES[name], n_layers, window, layer_kv_heads(get, n_layers))
 
 
 def query_scale(arch: Architecture, n_layers: int, d_model: int, n_heads: int,
@@ -238,8 +261,8 @@ def support_problem(get: Metadata, tensor_names: Collection[str]) -> str | None:
     if numbers["attn_logit_softcapping"] or numbers["final_logit_softcapping"]:
         return f"{name}: logit soft-capping is not implemented"
     window = numbers["attention.sliding_window"]
-    # Architectures with a sliding-window pattern run their windows as WINDOW layers.
-    runs_windows = arch.ignores_sliding_window or arch.swa_pattern > 0
+    # Architectures with a sliding-window pattern (or LFM2's) run windows as WINDOW layers.
+    runs_windows = arch.ignores_sliding_window or arch.swa_pattern > 0 or arch.conv_layers
     if 0 < window < SLIDING_WINDOW_IGNORED_FROM and not runs_windows:
         # Rebase keeps every position in the ring within the ring's length of the newest.
         return f"{name}: sliding-window attention ({window} tokens) is not implemented"
@@ -251,11 +274,25 @@ def support_problem(get: Metadata, tensor_names: Collection[str]) -> str | None:
     n_layers = int(numbers["block_count"])
     if n_layers <= 0:
         return f"{name}: metadata lacks '{name}.block_count'"
-    kinds = swa_layer_kinds(arch, n_layers, int(window))
+    try:
+        kv_heads = layer_kv_heads(get, n_layers)
+    except ValueError as exc:
+        return f"{name}: {exc}"
+    if len(set(kv_heads) - {0}) > 1:
+        return (f"{name}: attention layers with different K/V head counts "
+                f"({', '.join(map(str, sorted(set(kv_heads) - {0})))}) are not implemented")
+    if 0 in kv_heads and not arch.conv_layers:
+        return f"{name}: layers without K/V heads are not implemented"
+    kinds = layer_kinds(arch, n_layers, int(window), kv_heads)
     if kinds and FULL not in kinds:  # the ring would hold no layer's keys
-        return f"{name}: {n_layers} sliding-window layers and no global one are not implemented"
+        others = [f"{kinds.count(kind)} {what} layers" for kind, what in (
+            (WINDOW, "sliding-window"), (CONV, "short-convolution")) if kind in kinds]
+        return f"{name}: {', '.join(others)} and no global one are not implemented"
+    kernel = get(f"{name}.shortconv.l_cache")
+    if CONV in kinds and (not isinstance(kernel, int) or isinstance(kernel, bool) or kernel < 2):
+        return f"{name}: metadata '{name}.shortconv.l_cache' is not a kernel length ({kernel!r})"
     expected = arch.model_tensors(n_layers, "output.weight" not in names,
-                                  "rope_freqs.weight" in names)
+                                  "rope_freqs.weight" in names, kinds)
     missing = [n for n in expected if n not in names]
     if missing:
         return f"{name}: missing tensor {missing[0]!r}" + (

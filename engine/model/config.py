@@ -84,7 +84,8 @@ class ModelConfig:
     @property
     def features(self) -> frozenset[str]:
         """What a backend's forward pass must implement to run this model."""
-        return needed_features(self.arch, self.q_dim, self.d_model, WINDOW in self.kinds)
+        return needed_features(self.arch, self.q_dim, self.d_model, WINDOW in self.kinds,
+                               CONV in self.kinds)
 
     @property
     def q_scale(self) -> float:

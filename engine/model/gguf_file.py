@@ -18,7 +18,14 @@ from ..errors import (
     UnsupportedArchitectureError,
     UnsupportedTensorTypeError,
 )
-from .architecture import ARCHITECTURES, support_problem, swa_layer_kinds
+from .architecture import (
+    ARCHITECTURES,
+    CONV,
+    WINDOW,
+    layer_kv_heads,
+    metadata_layer_kinds,
+    support_problem,
+)
 from .config import ModelConfig
 
 GGUF_MAGIC = b"GGUF"
@@ -140,7 +147,10 @@ def _config_from_metadata(get, tensors: dict[str, ReaderTensor], path: Path) -> 
     n_layers = int(need("block_count"))
     window = int(opt("attention.sliding_window", 0))
     # Where the architecture runs its window as WINDOW layers, the ring is not capped by it.
-    kinds = swa_layer_kinds(ARCHITECTURES[arch], n_layers, window)
+    kinds = metadata_layer_kinds(get, n_layers)
+    # LFM2 gives one K/V head count per layer, 0 for its conv layers (support_problem has
+    # checked that the attention layers' agree).
+    kv_heads = [n for n in layer_kv_heads(get, n_layers) if n] or [n_heads]
     factors = ()
     if "rope_freqs.weight" in tensors:
         factors = tuple(float(x) for x in np.asarray(tensors["rope_freqs.weight"].data,
@@ -149,7 +159,7 @@ def _config_from_metadata(get, tensors: dict[str, ReaderTensor], path: Path) -> 
         n_layers=n_layers,
         d_model=d_model,
         n_heads=n_heads,
-        n_kv_heads=int(opt("attention.head_count_kv", n_heads)),
+        n_kv_heads=int(kv_heads[0]),
         head_dim=head_dim,
         ffn_dim=int(need("feed_forward_length")),
         vocab_size=vocab_size,
@@ -164,8 +174,9 @@ def _config_from_metadata(get, tensors: dict[str, ReaderTensor], path: Path) -> 
         # window is exact. A window the architecture ignores (phi3's) is not recorded.
         sliding_window=0 if ARCHITECTURES[arch].ignores_sliding_window or kinds else window,
         layer_kinds=kinds,
-        window=window if kinds else 0,
-        rope_theta_window=ARCHITECTURES[arch].swa_rope_base if kinds else 0.0,
+        window=window if WINDOW in kinds else 0,
+        conv_kernel=int(need("shortconv.l_cache")) if CONV in kinds else 0,
+        rope_theta_window=ARCHITECTURES[arch].swa_rope_base if WINDOW in kinds else 0.0,
     )
     if n_heads <= 0 or config.n_kv_heads <= 0 or config.n_heads % config.n_kv_heads:
         raise UnsupportedArchitectureError(

@@ -31,6 +31,7 @@ from gguf import GGMLQuantizationType, quants
 from ..align import align_up
 from ..errors import ModelError, WeightImageError
 from ..fileio import atomic_output
+from .architecture import CONV
 from .config import ModelConfig
 from .gguf_file import ModelFile
 
@@ -45,12 +46,17 @@ Progress = Callable[[int, int], None]  # (done_bytes, total_bytes)
 
 @dataclass(frozen=True)
 class LayerWeights:
-    attn_norm: np.ndarray  # (d_model,)
-    wqkv: np.ndarray  # (q_dim + 2*kv_dim, d_model): q, k, v rows fused for one matmul
-    wo: np.ndarray  # (d_model, q_dim)
+    attn_norm: np.ndarray  # (d_model,) the norm before the operator (attention or conv)
     ffn_norm: np.ndarray  # (d_model,)
     w_gate_up: np.ndarray  # (2*ffn_dim, d_model): gate rows then up rows
     w_down: np.ndarray  # (d_model, ffn_dim)
+    # Attention layers (FULL, WINDOW):
+    wqkv: np.ndarray | None = None  # (q_dim + 2*kv_dim, d_model): q, k, v rows, one matmul
+    wo: np.ndarray | None = None  # (d_model, q_dim)
+    # CONV layers (LFM2's short convolution):
+    conv_in: np.ndarray | None = None  # (3*d_model, d_model): B rows, C rows, x rows
+    conv_weight: np.ndarray | None = None  # (d_model, conv_kernel): channel c's taps, oldest first
+    conv_out: np.ndarray | None = None  # (d_model, d_model)
     bqkv: np.ndarray | None = None  # (q_dim + 2*kv_dim,) when the architecture has QKV bias
     q_norm: np.ndarray | None = None  # (head_dim,) per-head RMSNorm weights (QK-norm)
     k_norm: np.ndarray | None = None  # (head_dim,)
@@ -74,16 +80,21 @@ def image_plan(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     if not cfg.tied_embeddings:
         plan["output"] = (cfg.vocab_size, d)
     plan["output_norm"] = (d,)
-    for i in range(cfg.n_layers):
+    for i, kind in enumerate(cfg.kinds):
         plan[f"blk.{i}.attn_norm"] = (d,)
-        plan[f"blk.{i}.wqkv"] = (cfg.qkv_dim, d)
-        plan[f"blk.{i}.wo"] = (d, cfg.q_dim)
+        if kind == CONV:
+            plan[f"blk.{i}.conv_in"] = (3 * d, d)
+            plan[f"blk.{i}.conv_weight"] = (d, cfg.conv_kernel)
+            plan[f"blk.{i}.conv_out"] = (d, d)
+        else:
+            plan[f"blk.{i}.wqkv"] = (cfg.qkv_dim, d)
+            plan[f"blk.{i}.wo"] = (d, cfg.q_dim)
         plan[f"blk.{i}.ffn_norm"] = (d,)
         plan[f"blk.{i}.w_gate_up"] = (2 * f, d)
         plan[f"blk.{i}.w_down"] = (d, f)
-        if cfg.arch.qkv_bias:
+        if cfg.arch.qkv_bias and kind != CONV:
             plan[f"blk.{i}.bqkv"] = (cfg.qkv_dim,)
-        if cfg.arch.qk_norm:
+        if cfg.arch.qk_norm and kind != CONV:
             plan[f"blk.{i}.q_norm"] = (cfg.head_dim,)
             plan[f"blk.{i}.k_norm"] = (cfg.head_dim,)
         if cfg.arch.post_norms:  # named as in the GGUF
@@ -107,10 +118,14 @@ def _sources(cfg: ModelConfig, name: str) -> list[str]:
             return [f"{blk}.ffn_up.weight"]
         return [f"{blk}.ffn_gate.weight", f"{blk}.ffn_up.weight"]
     renames = {".wo": ".attn_output.weight", ".w_down": ".ffn_down.weight",
-               ".q_norm": ".attn_q_norm.weight", ".k_norm": ".attn_k_norm.weight"}
+               ".q_norm": ".attn_q_norm.weight", ".k_norm": ".attn_k_norm.weight",
+               ".conv_in": ".shortconv.in_proj.weight", ".conv_weight": ".shortconv.conv.weight",
+               ".conv_out": ".shortconv.out_proj.weight"}
     for suffix, gguf_suffix in renames.items():
         if name.endswith(suffix):
             return [name[: -len(suffix)] + gguf_suffix]
+    if name == "output_norm":  # LFM2's is token_embd_norm
+        return [f"{arch.output_norm}.weight"]
     return [name + ".weight"]
 
 
@@ -231,11 +246,14 @@ def _weights_from_views(cfg: ModelConfig, v: dict[str, np.ndarray]) -> Weights:
     layers = tuple(
         LayerWeights(
             attn_norm=v[f"blk.{i}.attn_norm"],
-            wqkv=v[f"blk.{i}.wqkv"],
-            wo=v[f"blk.{i}.wo"],
             ffn_norm=v[f"blk.{i}.ffn_norm"],
             w_gate_up=v[f"blk.{i}.w_gate_up"],
             w_down=v[f"blk.{i}.w_down"],
+            wqkv=v.get(f"blk.{i}.wqkv"),
+            wo=v.get(f"blk.{i}.wo"),
+            conv_in=v.get(f"blk.{i}.conv_in"),
+            conv_weight=v.get(f"blk.{i}.conv_weight"),
+            conv_out=v.get(f"blk.{i}.conv_out"),
             bqkv=v.get(f"blk.{i}.bqkv"),
             q_norm=v.get(f"blk.{i}.q_norm"),
             k_norm=v.get(f"blk.{i}.k_norm"),

@@ -194,9 +194,12 @@ class StateArena:
         return self._views
 
     def reset(self) -> ArenaViews:
-        """Forget the conversation: zero the persistent regions and invalidate views."""
-        for name in STATE_REGIONS:
-            self.region_bytes(name)[:] = 0
+        """Forget the conversation: zero the persistent regions and the layer planes (a conv
+        carry is read from its first token on; stale window rows are masked by their clocks
+        anyway) and invalidate views."""
+        for name in STATE_REGIONS + LAYER_PLANES:
+            if name in self.layout:
+                self.region_bytes(name)[:] = 0
         return self.invalidate()
 
     def _make_views(self) -> ArenaViews:

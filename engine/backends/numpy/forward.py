@@ -4,7 +4,8 @@ This is the reference every architecture is checked against, so the model reads 
 in one place: `_layer` is the transformer block, and both phases run it, on the rows of a
 prefill chunk (C, d_model) or on the one row of a decode step (d_model,). They differ only in
 how attention is computed over the ring (`_prefill_attention`, `_decode_attention`), and over
-a WINDOW layer's own window (window.py).
+a WINDOW layer's own window (window.py). A CONV layer (LFM2) runs its short convolution in
+attention's place (shortconv.py).
 
 Both passes write only into arena scratch views (`out=` everywhere), so after a conversation
 is ready a decode step allocates no numpy buffers. Scalars are Python floats: an np.float64
@@ -20,12 +21,13 @@ from functools import partial
 
 import numpy as np
 
-from ...model.architecture import WINDOW
+from ...model.architecture import CONV, WINDOW
 from ...model.weights import Weights
 from ...state.arena import ArenaViews
 from ...state.ring import KVRing, SlotSpan
 from ..base import ForwardPass, HiddenCallback, prefill_in_chunks
 from ..window_mask import window_mask
+from .shortconv import short_conv
 from .softmax import exp_rows, softmax_few_rows
 from .window import decode_window_attention, prefill_window_attention
 
@@ -108,6 +110,8 @@ class Rows:
     proj: np.ndarray  # (R, d)
     gate_up: np.ndarray  # (R, 2F) gate | up
     ffn: np.ndarray  # (R, F)
+    bcx: np.ndarray | None  # (R, 3d) a CONV layer's B | C | x, where the model has them
+    conv_win: np.ndarray | None  # (K + R, d) the conv's carry, then the rows' B*x
 
 
 # Attention of the phase's rows into Rows.attn: (plane, is a WINDOW layer); a FULL layer's
@@ -132,18 +136,34 @@ class Forward(ForwardPass):
         self.embed_scale = float(np.float32(math.sqrt(self.cfg.d_model))) \
             if arch.embed_scale else None
         self.gate = gelu_mul if arch.geglu else silu_mul
-        self.windowed = tuple(kind == WINDOW for kind in self.cfg.kinds)
+        self.kinds = self.cfg.kinds
         self.planes = tuple(self.cfg.plane(i) for i in range(self.cfg.n_layers))
 
     # -- the model ---------------------------------------------------------------------------
     def _layer(self, i: int, r: Rows, n: int, attend: Attention) -> None:
-        """Transformer block i on the rows r.x, in place; a FULL layer's keys and values go
-        to ring slots n.. of its plane, a WINDOW layer's to its window (window.py)
-        (pre-norm attention and gated feed-forward, a residual add after each)."""
-        cfg, lw, v = self.cfg, self.w.layers[i], self.ring.arena.views()
-        qd, kvd, F = cfg.q_dim, cfg.kv_dim, cfg.ffn_dim
-        plane, windowed = self.planes[i], self.windowed[i]
+        """Transformer block i on the rows r.x, in place (pre-norm operator and gated
+        feed-forward, a residual add after each). The operator is attention, or a CONV
+        layer's short convolution, which carries its last inputs in its conv_state plane."""
+        lw, F, plane = self.w.layers[i], self.cfg.ffn_dim, self.planes[i]
         self._norm(r.x, lw.attn_norm, r.xn, r.norm_tmp)
+        if self.kinds[i] == CONV:
+            carry = self.ring.arena.views().conv_state[plane]
+            short_conv(lw, r.xn, carry, r.bcx, r.conv_win, r.proj)
+        else:
+            self._attention(lw, r, n, plane, self.kinds[i] == WINDOW, attend)
+        self._add_residual(r, lw.post_attn_norm)
+        self._norm(r.x, lw.ffn_norm, r.xn, r.norm_tmp)
+        np.matmul(r.xn, lw.w_gate_up.T, out=r.gate_up)
+        self.gate(r.gate_up[..., :F], r.gate_up[..., F:], r.ffn)
+        np.matmul(r.ffn, lw.w_down.T, out=r.proj)
+        self._add_residual(r, lw.post_ffn_norm)
+
+    def _attention(self, lw, r: Rows, n: int, plane: int, windowed: bool,
+                   attend: Attention) -> None:
+        """Attention of the normed rows r.xn into r.proj: a FULL layer's keys and values go
+        to ring slots n.. of its plane, a WINDOW layer's to its window (window.py)."""
+        cfg, v = self.cfg, self.ring.arena.views()
+        qd, kvd = cfg.q_dim, cfg.kv_dim
         np.matmul(r.xn, lw.wqkv.T, out=r.qkv)
         self._shape_qk(lw, r.qkv, r.qk_norm)
         if windowed:
@@ -155,12 +175,6 @@ class Forward(ForwardPass):
             v.v_cache[plane, n : n + rows] = r.qkv[..., qd + kvd :]
         attend(plane, windowed)
         np.matmul(r.attn, lw.wo.T, out=r.proj)
-        self._add_residual(r, lw.post_attn_norm)
-        self._norm(r.x, lw.ffn_norm, r.xn, r.norm_tmp)
-        np.matmul(r.xn, lw.w_gate_up.T, out=r.gate_up)
-        self.gate(r.gate_up[..., :F], r.gate_up[..., F:], r.ffn)
-        np.matmul(r.ffn, lw.w_down.T, out=r.proj)
-        self._add_residual(r, lw.post_ffn_norm)
 
     def _add_residual(self, r: Rows, post_norm: np.ndarray | None) -> None:
         """r.x += r.proj, RMS-normed first where the architecture has post-norms (Gemma)."""
@@ -230,7 +244,9 @@ class Forward(ForwardPass):
             cos_w=self.rope_w.cos[span.pos : span.pos + C, None, :],
             sin_w=self.rope_w.sin[span.pos : span.pos + C, None, :],
             rope_a=v.p_rope_a[:C], rope_b=v.p_rope_b[:C], attn=v.p_attn[:C],
-            proj=v.p_proj[:C], gate_up=v.p_gate_up[:C], ffn=v.p_ffn[:C])
+            proj=v.p_proj[:C], gate_up=v.p_gate_up[:C], ffn=v.p_ffn[:C],
+            bcx=v.p_bcx[:C] if cfg.conv_kernel else None,
+            conv_win=v.p_conv_win[: cfg.conv_kernel - 1 + C] if cfg.conv_kernel else None)
         np.take(w.token_embd, toks, axis=0, out=r.x)
         self._embed_scaled(r.x)
         v.mass[: n + C] = 0.0
@@ -290,7 +306,9 @@ class Forward(ForwardPass):
             cos=self.rope.cos[span.pos], sin=self.rope.sin[span.pos],
             cos_w=self.rope_w.cos[span.pos], sin_w=self.rope_w.sin[span.pos],
             rope_a=v.rope_a.reshape(H + KVH, hd // 2), rope_b=v.rope_b.reshape(H + KVH, hd // 2),
-            attn=v.attn, proj=v.proj, gate_up=v.gate_up, ffn=v.ffn)
+            attn=v.attn, proj=v.proj, gate_up=v.gate_up, ffn=v.ffn,
+            bcx=v.bcx if cfg.conv_kernel else None,
+            conv_win=v.conv_win if cfg.conv_kernel else None)
         np.copyto(r.x, w.token_embd[token])
         self._embed_scaled(r.x)
         v.mass[: span.start + 1] = 0.0

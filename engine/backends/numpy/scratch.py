@@ -60,3 +60,9 @@ def add_numpy_scratch(lay: ArenaLayout, cfg: ModelConfig, policy: RingPolicy) ->
     if cfg.arch.qk_norm:
         lay.add("qk_norm", f32, (H + KVH,))  # one inverse RMS per head
         lay.add("p_qk_norm", f32, (C, H + KVH))
+    if cfg.conv_kernel:  # CONV layers' B | C | x, and their carry then B*x (numpy/shortconv.py)
+        K = cfg.conv_kernel - 1
+        lay.add("bcx", f32, (3 * d,))
+        lay.add("conv_win", f32, (K + 1, d))
+        lay.add("p_bcx", f32, (C, 3 * d))
+        lay.add("p_conv_win", f32, (K + C, d))

@@ -1,0 +1,60 @@
+"""What state each layer of a model keeps, from its architecture and GGUF metadata.
+
+Most models keep a K/V plane per layer in the ring (FULL). Hybrids mix in layers that keep
+something else: Gemma 3's sliding-window layers a K/V plane of the newest `window` tokens
+(WINDOW), LFM2's short-convolution layers the last conv_kernel - 1 inputs of their
+convolution (CONV). architecture.py's support_problem and gguf_file.py's config read the
+kinds here, so the catalog, the config and the tensor checks agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .architecture import Architecture
+
+# What one layer's state is (docs/memory.md): a K/V plane in the ring (FULL), a K/V plane of
+# the newest `window` tokens (WINDOW: Gemma 3's sliding-window layers), or a fixed-size
+# recurrent carry (CONV: LFM2's short convolution, the last conv_kernel - 1 inputs).
+FULL, WINDOW, CONV = "full", "window", "conv"
+LAYER_KINDS = (FULL, WINDOW, CONV)
+
+Metadata = Callable[[str], Any]  # key -> value or None
+
+
+def swa_layer_kinds(arch: Architecture, n_layers: int, window: int) -> tuple[str, ...]:
+    """Each layer's kind under the architecture's sliding-window pattern (llama.cpp's
+    set_swa_pattern: layer i is global when i % n == n - 1); () when it has none."""
+    if not arch.swa_pattern or window <= 0:
+        return ()
+    n = arch.swa_pattern
+    return tuple(FULL if i % n == n - 1 else WINDOW for i in range(n_layers))
+
+
+def layer_kinds(arch: Architecture, n_layers: int, window: int,
+                kv_heads: Sequence[int] = ()) -> tuple[str, ...]:
+    """Each layer's kind (() when all are FULL). Where the architecture has conv layers, a
+    layer without K/V heads (kv_heads: per layer) is CONV, and a window makes every attention
+    layer slide (llama.cpp's LFM2: is_swa = !is_recurrent); else the sliding-window pattern."""
+    if not arch.conv_layers or not kv_heads:
+        return swa_layer_kinds(arch, n_layers, window)
+    attention = WINDOW if window > 0 else FULL
+    kinds = tuple(CONV if n == 0 else attention for n in kv_heads)
+    return kinds if set(kinds) != {FULL} else ()
+
+
+def layer_kv_heads(get: Metadata, n_layers: int) -> tuple[int, ...]:
+    """Each layer's `attention.head_count_kv`: LFM2's GGUFs give one per layer (0 for a conv
+    layer), others one for all; () when absent. ValueError when it is neither."""
+    name = get("general.architecture")
+    value = get(f"{name}.attention.head_count_kv")
+    if value is None:
+        return ()
+    counts = list(value) if isinstance(value, (list, tuple)) else [value] * n_layers
+    if len(counts) != n_layers or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts):
+        raise ValueError(f"metadata '{name}.attention.head_count_kv' is neither a count nor "
+                         f"one per layer ({value!r:.40})")
+    return tuple(counts)
