@@ -33,7 +33,7 @@ INDEX = json.loads((FIXTURES / "index.json").read_text())["fixtures"]
 NAMES = sorted(INDEX)
 POLICY = RingPolicy(max_slots=64, recent_window=8, evict_batch=4, prefill_chunk=8)
 ATOL_NUMPY = 1e-3  # both sides are f32 over the same dequantized weights
-NUMPY_ONLY = ("lfm2",)  # architectures only the numpy backend implements
+NUMPY_ONLY: tuple[str, ...] = ()  # architectures only the numpy backend implements
 # ggml rounds each product's input to 8-bit blocks for Q8_0 weights and keeps keys in f16;
 # tests/test_ggml_parity.py measured up to 1.5% of the largest logit on tiny models.
 REL_GGML = 3e-2

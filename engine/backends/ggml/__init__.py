@@ -3,4 +3,5 @@ CPU default), the arena in ordinary memory."""
 
 # The architecture FEATURES its graph implements (engine/model/architecture.py).
 FEATURES = frozenset({"split_half_rope", "qkv_bias", "qk_norm", "fused_qkv", "fused_gate_up",
-                      "wide_heads", "window_layers", "post_norms", "geglu", "embed_scale"})
+                      "wide_heads", "window_layers", "post_norms", "geglu", "embed_scale",
+                      "conv_layers"})

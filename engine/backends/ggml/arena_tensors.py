@@ -57,6 +57,13 @@ class ArenaTensors:
                                          offset=i * kw_plane) for i in range(n_window))
             self.vw_cache = tuple(region("vw_cache", f32, kv_dim, W, offset=i * vw_plane)
                                   for i in range(n_window))
+        # CONV layers' carries, (taps - 1, d_model) each in numpy's order.
+        self.conv_state: tuple[Tensor, ...] = ()
+        if "conv_state" in layout:
+            n_conv, taps, d_model = layout["conv_state"].shape
+            size = layout["conv_state"].nbytes // n_conv
+            self.conv_state = tuple(region("conv_state", f32, d_model, taps, offset=i * size)
+                                    for i in range(n_conv))
         self._mass = region("mass", f32, S)  # attention mass per slot, summed over the pass
         self.logits = region("logits", f32, layout["logits"].shape[0])
         d = layout["p_xn"].shape[1]

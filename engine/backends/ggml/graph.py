@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...model.architecture import FULL, INTERLEAVED, WINDOW
+from ...model.architecture import CONV, FULL, INTERLEAVED, WINDOW
 from ...model.config import ModelConfig
 from .arena_tensors import ArenaTensors
 from .lib import array_at, data_address, free_with, ggml
@@ -135,10 +135,13 @@ class _Builder:
         mass = None
         for layer, lw in enumerate(w.layers):
             plane = cfg.plane(layer)
-            if cfg.kinds[layer] == FULL:
+            kind = cfg.kinds[layer]
+            if kind == FULL:
                 attn, layer_mass = self.attention(plane, lw, x, positions, slots, mask, n_q,
                                                   n_kv)
                 mass = layer_mass if mass is None else g.ggml_add(self.ctx, mass, layer_mass)
+            elif kind == CONV:
+                attn = self.short_conv(plane, lw, x, n_q)
             else:
                 attn = self.window_attention(plane, lw, x, positions, n_q)
             x = g.ggml_add(self.ctx, x, self.post_norm(attn, lw.post_attn_norm))
@@ -270,6 +273,29 @@ class _Builder:
             self.emit(out)  # every read of the old rows comes before they are overwritten
             for store in stores:
                 self.emit(store)
+        return out
+
+    def short_conv(self, plane: int, lw, x, n_q: int):
+        """A CONV layer (LFM2; numpy/shortconv.py has the rules): in_proj gives B, C and x;
+        B*x after the layer's carry goes through the depthwise causal convolution
+        (ssm_conv), C times that through out_proj; the last taps - 1 rows of B*x become the
+        carry, written after every read of the old one."""
+        g, ctx, d = self.g, self.ctx, self.cfg.d_model
+        bcx = self.matmul(lw.conv_in, self.norm(x, lw.attn_norm))  # (n_q, 3d)
+        row, item = bcx.contents.nb[1], bcx.contents.nb[0]
+        b, c, xs = (g.ggml_view_2d(ctx, bcx, d, n_q, row, part * d * item) for part in range(3))
+        carry = self.arena.conv_state[plane]  # (K, d)
+        K = carry.contents.ne[1]
+        # ssm_conv wants time fastest: (d, K + n_q) in numpy's order, carry first.
+        series = g.ggml_concat(ctx, g.ggml_cont(ctx, g.ggml_transpose(ctx, carry)),
+                               g.ggml_cont(ctx, g.ggml_transpose(ctx, g.ggml_mul(ctx, b, xs))),
+                               0)
+        conv = g.ggml_ssm_conv(ctx, g.ggml_reshape_3d(ctx, series, K + n_q, d, 1),
+                               lw.conv_kernel)  # (1, n_q, d)
+        y = g.ggml_mul(ctx, g.ggml_cont(ctx, c), g.ggml_reshape_2d(ctx, conv, d, n_q))
+        out = self.matmul(lw.conv_out, y)
+        newest = g.ggml_view_2d(ctx, series, K, d, series.contents.nb[1], n_q * item)
+        self.emit(g.ggml_cpy(ctx, g.ggml_transpose(ctx, newest), carry))
         return out
 
     def last_rows(self, t, count: int, *, flat: bool = False):

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import MissingTensorError
-from ...model.architecture import Architecture
+from ...model.architecture import CONV, Architecture
 from ...model.model import Model, TensorInfo
 from .lib import free_with, ggml, host_buffer
 from .repack import can_repack, repack_buffer_type
@@ -27,12 +27,15 @@ Tensor = object  # a ctypes pointer to a ggml_tensor
 class GgmlLayer:
     """One layer's tensors; which optional ones exist follows the architecture table."""
 
-    attn_norm: Tensor
-    wo: Tensor
+    attn_norm: Tensor  # the layer's pre-norm (a CONV layer's too)
     ffn_norm: Tensor
     w_up: Tensor  # (ffn, d), or (2*ffn, d) gate rows then up rows when w_gate is None
     w_down: Tensor
     w_gate: Tensor | None = None
+    wo: Tensor | None = None  # None in a CONV layer, which has the three below instead
+    conv_in: Tensor | None = None  # (3d, d): B rows, C rows, x rows (LFM2's shortconv)
+    conv_kernel: Tensor | None = None  # (d, conv_kernel) taps, oldest first
+    conv_out: Tensor | None = None  # (d, d)
     wq: Tensor | None = None  # None when wqkv holds q, k and v rows
     wk: Tensor | None = None
     wv: Tensor | None = None
@@ -73,11 +76,11 @@ class GgmlWeights:
         self._repack(g, [name for name in model.tensors if name.startswith("blk.")
                          or (name == "output.weight" and not cfg.tied_embeddings)], model)
         self.token_embd = self.tensor("token_embd.weight")
-        self.output_norm = self.tensor("output_norm.weight")
+        self.output_norm = self.tensor(f"{cfg.arch.output_norm}.weight")
         self.output = (self.token_embd if cfg.tied_embeddings
                        else self.tensor("output.weight"))
         self.rope_freqs = self._tensors.get("rope_freqs.weight")  # Llama 3 RoPE factors
-        self.layers = tuple(self._layer(i, cfg.arch) for i in range(cfg.n_layers))
+        self.layers = tuple(self._layer(i, cfg.arch, kind) for i, kind in enumerate(cfg.kinds))
         self.nbytes = sum(info.nbytes for info in model.tensors.values())
 
     def _wrap(self, g, name: str, info: TensorInfo, base: int) -> Tensor:
@@ -131,11 +134,18 @@ class GgmlWeights:
         except KeyError:
             raise MissingTensorError(f"the model has no tensor {name!r}") from None
 
-    def _layer(self, i: int, arch: Architecture) -> GgmlLayer:
+    def _layer(self, i: int, arch: Architecture, kind: str) -> GgmlLayer:
         def t(name: str, kind: str = "weight") -> Tensor:
             return self.tensor(f"blk.{i}.{name}.{kind}")
 
         parts: dict[str, Tensor] = {}
+        if not arch.fused_gate_up:
+            parts["w_gate"] = t("ffn_gate")
+        if kind == CONV:
+            return GgmlLayer(attn_norm=t("attn_norm"), ffn_norm=t("ffn_norm"), w_up=t("ffn_up"),
+                             w_down=t("ffn_down"), conv_in=t("shortconv.in_proj"),
+                             conv_kernel=t("shortconv.conv"), conv_out=t("shortconv.out_proj"),
+                             **parts)
         if arch.fused_qkv:
             parts["wqkv"] = t("attn_qkv")
         else:
@@ -146,8 +156,6 @@ class GgmlWeights:
             parts.update(q_norm=t("attn_q_norm"), k_norm=t("attn_k_norm"))
         if arch.post_norms:
             parts.update(post_attn_norm=t("post_attention_norm"), post_ffn_norm=t("post_ffw_norm"))
-        if not arch.fused_gate_up:
-            parts["w_gate"] = t("ffn_gate")
         return GgmlLayer(attn_norm=t("attn_norm"), wo=t("attn_output"), ffn_norm=t("ffn_norm"),
                          w_up=t("ffn_up"), w_down=t("ffn_down"), **parts)
 
