@@ -49,7 +49,7 @@ from gguf import (
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # for tests.tiny_model, shared with the test suite
 
-from engine.model.architecture import ARCHITECTURES  # noqa: E402
+from engine.model.architecture import ARCHITECTURES, CONV, FULL  # noqa: E402
 from tests.tiny_model import TinySpec, copy_tokenizer, tensor_shapes  # noqa: E402
 
 TOKENIZER_MODEL = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -94,6 +94,16 @@ class Geometry:
     arch: str = "llama"  # a key of engine.model.architecture.ARCHITECTURES
     head_dim: int = 0  # 0: d_model / heads; else written as attention.key_length (Qwen3)
     window: int = 0  # attention.sliding_window (Gemma 3's window layers); 0: none
+    # Which layers attend (LFM2): the others are short-convolution layers of conv_kernel
+    # taps. (): every layer attends.
+    attention_layers: tuple[int, ...] = ()
+    conv_kernel: int = 3
+
+    @property
+    def layer_kinds(self) -> tuple[str, ...]:
+        if not self.attention_layers:
+            return ()
+        return tuple(FULL if i in self.attention_layers else CONV for i in range(self.layers))
 
     @property
     def hd(self) -> int:
@@ -113,6 +123,12 @@ PRESETS: dict[str, Geometry] = {
                             window=512),
     "gemma3-1b": Geometry(26, 1152, 4, 1, 6912, 32768, 1e6, 1e-6, "Q4_0", "gemma3", 256,
                           window=512),
+    # LFM2 350M's and 1.2B's shapes: ten short-convolution layers (3 taps) and six attention
+    # layers (their 65k vocabulary is not copied either).
+    "lfm2-350m": Geometry(16, 1024, 16, 8, 4608, 32768, 1e6, 1e-5, "Q4_0", "lfm2",
+                          attention_layers=(2, 5, 8, 10, 12, 14)),
+    "lfm2-1.2b": Geometry(16, 2048, 32, 8, 8192, 32768, 1e6, 1e-5, "Q4_0", "lfm2",
+                          attention_layers=(2, 5, 8, 10, 12, 14)),
 }
 DEFAULT = PRESETS["tiny"]
 
@@ -160,7 +176,8 @@ def tensor_plan(geo: Geometry, n_vocab: int, embd_type: QT, untied: bool) -> lis
     noted: set[tuple[QT, int]] = set()
     spec = TinySpec(n_layers=geo.layers, d_model=geo.d_model, n_heads=geo.heads,
                     n_kv_heads=geo.kv_heads, ffn_dim=geo.ffn, architecture=geo.arch,
-                    tied=not untied, head_dim=geo.head_dim)
+                    tied=not untied, head_dim=geo.head_dim, layer_kinds=geo.layer_kinds,
+                    conv_kernel=geo.conv_kernel)
     plan = []
     for name, shape in tensor_shapes(spec, n_vocab).items():
         if len(shape) == 1:  # norms are ones, biases zeros; F32 as converters write them
@@ -168,6 +185,8 @@ def tensor_plan(geo: Geometry, n_vocab: int, embd_type: QT, untied: bool) -> lis
             plan.append(Tensor(name, shape, QT.F32, kind))
             continue
         qtype = embd_type if name in ("token_embd.weight", "output.weight") else want
+        if name.endswith("shortconv.conv.weight"):  # taps stay F32, as converters write them
+            qtype = QT.F32                          # (ggml's ssm_conv reads only F32)
         plan.append(Tensor(name, shape, matrix_type(qtype, shape[1], noted), "matrix"))
     return plan
 
@@ -277,7 +296,12 @@ def write_gguf(
     writer.add_embedding_length(geo.d_model)
     writer.add_feed_forward_length(geo.ffn)
     writer.add_head_count(geo.heads)
-    writer.add_head_count_kv(geo.kv_heads)
+    if CONV in geo.layer_kinds:  # per layer, 0 for a short-convolution layer (LFM2)
+        writer.add_head_count_kv([0 if kind == CONV else geo.kv_heads
+                                  for kind in geo.layer_kinds])
+        writer.add_shortconv_l_cache(geo.conv_kernel)
+    else:
+        writer.add_head_count_kv(geo.kv_heads)
     writer.add_rope_freq_base(geo.rope_theta)
     writer.add_layer_norm_rms_eps(geo.rms_eps)
     writer.add_rope_dimension_count(head_dim)
