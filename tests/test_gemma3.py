@@ -117,6 +117,7 @@ def test_numpy_and_ggml_run_it_and_vulkan_says_why(gemma, tmp_path) -> None:
     entries = scan(Roots(tmp_path, {"CHANNEL_MODELS": str(FIXTURE.parent)}))
     entry = next(e for e in entries if e.architecture == "gemma3")
     assert entry.supported and "window_layers" in entry.features
+    assert entry.layers == "1 global layer in the ring, 5 with 8-token windows"
 
 
 def test_prefill_chunks_of_any_size_match_decode(gemma) -> None:

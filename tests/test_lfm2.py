@@ -142,6 +142,8 @@ def test_numpy_and_ggml_run_it_and_vulkan_says_why(lfm2, tmp_path) -> None:
     entries = scan(Roots(tmp_path, {"CHANNEL_MODELS": str(FIXTURE.parent)}))
     entry = next(e for e in entries if e.architecture == "lfm2")
     assert entry.supported and "conv_layers" in entry.features
+    kinds = entry.layers.split(", ")
+    assert kinds[0].endswith("in the ring") and kinds[1].endswith("with conv carries")
     llama = {"general.architecture": "llama", "llama.block_count": 2,
              "llama.attention.head_count_kv": [0, 8]}.get
     assert "layers without K/V heads" in support_problem(

@@ -20,11 +20,12 @@ from pathlib import Path
 from gguf import GGMLQuantizationType
 
 from ..errors import ModelError
-from .architecture import metadata_features, support_problem
+from .architecture import metadata_features, metadata_layer_kinds, support_problem
 from .catalog_sources import Found, Roots, find_ggufs
 from .display_name import display_name, quant_label
 from .gguf_file import SUPPORTED_TENSOR_TYPES
 from .gguf_header import GGUFHeader, GGUFHeaderError, read_header
+from .layer_kinds import layer_summary
 from .pretokenizers import pre_tokenizer_spec
 from .vocab import UnsupportedTokenizerError
 
@@ -49,6 +50,7 @@ class CatalogEntry:
     aliases: list[str] = field(default_factory=list)  # Ollama names of this file
     # What a backend must implement to run it (architecture.FEATURES); empty if unsupported.
     features: list[str] = field(default_factory=list)
+    layers: str = ""  # what a hybrid's layers keep (layer_kinds.layer_summary); "" otherwise
 
     @property
     def supported(self) -> bool:
@@ -110,7 +112,19 @@ def describe(found: Found) -> CatalogEntry:
         context_length=int(context) if isinstance(context, int) else None,
         problem=(problem := problem_of(header)), aliases=aliases,
         features=[] if problem else sorted(metadata_features(header.get)),
+        layers="" if problem else hybrid_layers(header),
     )
+
+
+def hybrid_layers(header: GGUFHeader) -> str:
+    """layer_summary of a supported GGUF's header."""
+    arch = header.get("general.architecture")
+    n_layers = header.get(f"{arch}.block_count")
+    if not isinstance(n_layers, int):
+        return ""
+    window = header.get(f"{arch}.attention.sliding_window")
+    return layer_summary(metadata_layer_kinds(header.get, n_layers),
+                         window if isinstance(window, int) else 0)
 
 
 def problem_of(header: GGUFHeader) -> str | None:

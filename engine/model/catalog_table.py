@@ -27,10 +27,11 @@ def size(n: int) -> str:
 
 def row(entry: CatalogEntry) -> tuple[str, ...]:
     name = entry.label if entry.label == entry.name else f"{entry.label} ({entry.name})"
+    status = f"{entry.status} ({entry.layers})" if entry.layers else entry.status
     return (name, entry.architecture or "?", count(entry.parameters),
             entry.quantization or "?", size(entry.file_size),
             f"{entry.context_length:,}" if entry.context_length else "?", entry.source,
-            entry.status)
+            status)
 
 
 def render_table(entries: list[CatalogEntry]) -> str:

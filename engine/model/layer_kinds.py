@@ -58,3 +58,17 @@ def layer_kv_heads(get: Metadata, n_layers: int) -> tuple[int, ...]:
         raise ValueError(f"metadata '{name}.attention.head_count_kv' is neither a count nor "
                          f"one per layer ({value!r:.40})")
     return tuple(counts)
+
+
+def layer_summary(kinds: Sequence[str], window: int) -> str:
+    """What a hybrid's layers keep, in words (`channel models`, `channel doctor`): e.g.
+    `3 global layers in the ring, 15 with 512-token windows`; "" when every layer is FULL."""
+    if not kinds or set(kinds) == {FULL}:
+        return ""
+    full = kinds.count(FULL)
+    parts = [f"{full} global layer{'' if full == 1 else 's'} in the ring"]
+    if WINDOW in kinds:
+        parts.append(f"{kinds.count(WINDOW)} with {window:,}-token windows")
+    if CONV in kinds:
+        parts.append(f"{kinds.count(CONV)} with conv carries")
+    return ", ".join(parts)

@@ -36,7 +36,7 @@ def _model(model: Path | None) -> dict:
     entry = describe(Found("given", path))
     return {"path": str(path), "bytes": entry.file_size, "name": entry.name,
             "architecture": entry.architecture, "parameters": entry.parameters,
-            "supported": entry.supported, "problem": entry.problem,
+            "supported": entry.supported, "problem": entry.problem, "layers": entry.layers,
             "backends": ({} if entry.problem else
                          problems_running(entry.features, entry.architecture or "?"))}
 
@@ -91,6 +91,8 @@ def render(report: dict) -> str:
         lines.append(f"Model: {model.get('path', '?')}: {model['problem']}")
     else:
         lines.append(f"Model: {model['name']} ({_size(model['bytes'])}) at {model['path']}")
+        if model.get("layers"):
+            lines.append(f"  layers: {model['layers']}")
         lines += [f"  not on {name}: {why}" for name, why in model["backends"].items() if why]
     for key, label in (("data_dir", "Data"), ("cache_dir", "Cache")):
         d = report[key]
