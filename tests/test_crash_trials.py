@@ -40,10 +40,17 @@ SPEC = TinySpec(n_layers=4, d_model=256, n_heads=4, n_kv_heads=2, ffn_dim=256,
 SCENARIOS = ("turn", "long prompt", "save", "autosave", "open", "external send")
 
 
-@pytest.fixture(scope="module")
-def crash_model(tmp_path_factory) -> tuple[Path, Path]:
+# The hybrids too: their window planes and conv carries are saved beside the ring (format 3).
+HYBRID_FIXTURES = Path(__file__).parent / "fixtures" / "arch"
+
+
+@pytest.fixture(scope="module", params=["wide", "gemma3", "lfm2"])
+def crash_model(request, tmp_path_factory) -> tuple[Path, Path]:
     directory = tmp_path_factory.mktemp("crash-model")
-    gguf = write_tiny_gguf(directory / "crash.gguf", SPEC)
+    if request.param == "wide":
+        gguf = write_tiny_gguf(directory / "crash.gguf", SPEC)
+    else:
+        gguf = HYBRID_FIXTURES / f"{request.param}.gguf"
     load_model(gguf, directory / "cache")  # the weight image is built once, not per trial
     return gguf, directory / "cache"
 
