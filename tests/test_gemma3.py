@@ -321,3 +321,25 @@ def test_ggml_window_layers_follow_numpy_through_chunks_and_a_small_ring(gemma) 
         runs.append(np.stack([conv.forward.decode_one_token(t).copy() for t in ids[8:]]))
         assert conv.ring.evicted > 0
     np.testing.assert_allclose(runs[1], runs[0], atol=0.03 * np.abs(runs[0]).max(), rtol=0)
+
+
+def test_ggml_decode_attends_only_the_window_rows_written_so_far(tmp_path) -> None:
+    """A young conversation's window planes are written only in their first rows, and ggml's
+    decode graphs attend only those (in buckets of 64 rows) until the plane fills: a
+    100-token window is read as 64 rows, then 100; every step agrees with numpy's."""
+    pytest.importorskip("ggml", reason="ggml-python is not installed (needs a C compiler)")
+    from engine.backends.ggml.backend import GgmlBackend
+    from engine.backends.ggml.forward import WINDOW_BUCKET
+
+    model = load_model(write_gemma(tmp_path, sliding_window=100, context_length=512),
+                       tmp_path / "cache")
+    assert WINDOW_BUCKET < model.config.window < 2 * WINDOW_BUCKET
+    ids = [int(t) for t in np.random.default_rng(11).integers(4, 5000, 140)]
+    policy = RingPolicy(max_slots=256, recent_window=16, evict_batch=16, prefill_chunk=32)
+    runs = []
+    for backend in (None, GgmlBackend()):
+        conv = Conversation(model, policy, backend=backend)
+        conv.ingest(ids[:1])
+        runs.append(np.stack([conv.forward.decode_one_token(t).copy() for t in ids[1:]]))
+    assert sorted({rows for _, rows in conv.forward._decode}) == [64, 100]  # ggml's graphs
+    np.testing.assert_allclose(runs[1], runs[0], atol=0.03 * np.abs(runs[0]).max(), rtol=0)

@@ -23,10 +23,10 @@ def window_mask(out: np.ndarray, before: int, window: int) -> None:
     out[:] = np.where((distance >= 0) & (distance < window), 0.0, -np.inf)
 
 
-def decode_window_mask(out: np.ndarray, before: int) -> None:
-    """out (..., window) <- 0 for the plane's rows a decoded token sees once its own row is
-    written, -inf for rows never written; allocates nothing (decode's budget)."""
-    window = out.shape[-1]
+def decode_window_mask(out: np.ndarray, before: int, window: int) -> None:
+    """out (..., rows) <- 0 for the plane's first rows a decoded token sees once its own row
+    is written, -inf for rows never written; allocates nothing (decode's budget). Until the
+    plane is full its written rows are a prefix: `rows` may stop soon after them."""
     if before + 1 >= window:
         out[...] = 0.0
     else:  # rows 0..before hold the tokens stamped 1..before + 1

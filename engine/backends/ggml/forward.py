@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .backend import GgmlBackend
 
 BUCKET = 256  # decode graphs cover the ring in steps of this many slots
+WINDOW_BUCKET = 64  # and a young conversation's window planes in steps of this many rows
 # From this many tokens a prefill chunk expands each quantized matrix to f32 and runs ggml's
 # tiled f32 GEMM: measured single-threaded, 273 tok/s against 168 for the quantized products.
 DEQUANTIZE_FROM = 32
@@ -50,7 +51,7 @@ class GgmlForward(ForwardPass):
         self._prefill_alloc = g.ggml_gallocr_new(self._buffer_type)
         # One graph, and so one allocator, per bucket: an allocator that grows frees the
         # memory older graphs of it point into.
-        self._decode: dict[int, StepGraph] = {}
+        self._decode: dict[tuple[int, int], StepGraph] = {}  # by (ring slots, window rows)
         self._allocators = [self._prefill_alloc]  # freed with this object
         self._free = free_with(self, allocators=self._allocators)
 
@@ -96,7 +97,7 @@ class GgmlForward(ForwardPass):
         span = self.ring.reserve(1)
         v = self.ring.arena.views().check()
         N = span.start + 1
-        graph = self._decode_graph(N)
+        graph = self._decode_graph(N, self.ring.clock + 1)
         inp = graph.inputs
         inp.tokens[0] = token
         inp.positions[0] = span.pos
@@ -119,7 +120,7 @@ class GgmlForward(ForwardPass):
                casting="unsafe")
         np.remainder(rows, self.cfg.window, out=rows)
         if rows.shape[0] == 1:
-            decode_window_mask(inp.wmask, before)  # allocates nothing: decode's budget
+            decode_window_mask(inp.wmask, before, self.cfg.window)  # allocates nothing
         else:
             window_mask(inp.wmask[:, 0, :], before, self.cfg.window)
             inp.wmask[:, 1:, :] = inp.wmask[:, :1, :]
@@ -148,15 +149,19 @@ class GgmlForward(ForwardPass):
             for buffer in buffers:
                 g.ggml_backend_buffer_free(buffer)
 
-    def _decode_graph(self, n_kv: int) -> StepGraph:
+    def _decode_graph(self, n_kv: int, stamp: int) -> StepGraph:
+        """The graph for a step over n_kv ring slots by the token stamped `stamp`: WINDOW
+        layers attend only the rows written so far, in buckets too, until the plane fills."""
         bucket = min(align_up(n_kv, BUCKET), self.ring.policy.max_slots)
-        graph = self._decode.get(bucket)
+        window = self.cfg.window
+        rows = min(align_up(min(stamp, window), WINDOW_BUCKET), window) if window else 0
+        graph = self._decode.get((bucket, rows))
         if graph is None:
             allocator = ggml().ggml_gallocr_new(self._buffer_type)
             self._allocators.append(allocator)
-            graph = self._decode[bucket] = StepGraph(
+            graph = self._decode[bucket, rows] = StepGraph(
                 self.w, self.cfg, self.tensors, 1, bucket, hidden_rows=False, dequantize=False,
-                allocator=allocator)
+                allocator=allocator, window_rows=rows)
         return graph
 
     def close(self) -> None:

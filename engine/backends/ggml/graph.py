@@ -46,7 +46,9 @@ class StepGraph:
 
     def __init__(self, weights: GgmlWeights, cfg: ModelConfig, arena: ArenaTensors,
                  n_q: int, n_kv: int, *, hidden_rows: bool, dequantize: bool,
-                 allocator) -> None:
+                 allocator, window_rows: int = 0) -> None:
+        """`window_rows`: how many of each window plane's first rows a one-token step
+        attends (0: all of them); a young conversation has written only the first few."""
         g = ggml()
         self.n_q, self.n_kv = n_q, n_kv
         self._ctx = g.ggml_init(g.ggml_init_params(
@@ -55,7 +57,8 @@ class StepGraph:
             no_alloc=True))
         self._free = free_with(self, self._ctx)
         self.graph = g.ggml_new_graph_custom(self._ctx, GRAPH_NODES, False)
-        builder = _Builder(g, self._ctx, self.graph, weights, cfg, arena, dequantize)
+        builder = _Builder(g, self._ctx, self.graph, weights, cfg, arena, dequantize,
+                           window_rows or cfg.window)
         inputs = builder.build(n_q, n_kv, hidden_rows=hidden_rows)
         if not g.ggml_gallocr_alloc_graph(allocator, self.graph):
             raise MemoryError(f"ggml could not allocate a graph for {n_q} x {n_kv}")
@@ -95,8 +98,9 @@ class _Builder:
     """
 
     def __init__(self, g, ctx, graph, weights: GgmlWeights, cfg: ModelConfig,
-                 arena: ArenaTensors, dequantize: bool):
+                 arena: ArenaTensors, dequantize: bool, window_rows: int):
         self.g, self.ctx, self.graph = g, ctx, graph
+        self.window_rows = window_rows
         self.w, self.cfg, self.arena = weights, cfg, arena
         self.dequantize = dequantize
         self.inputs: dict[str, object] = {}
@@ -127,8 +131,7 @@ class _Builder:
         if cfg.arch.embed_scale:  # sqrt(d_model) rounded to f32 first, as HF and numpy do
             x = g.ggml_scale(self.ctx, x, float(np.float32(cfg.d_model ** 0.5)))
         if WINDOW in cfg.kinds:
-            W = cfg.window
-            window_keys = W if n_q == 1 else W + n_q
+            window_keys = self.window_rows if n_q == 1 else cfg.window + n_q
             self.window_inputs = (self.input("wslots", g.GGML_TYPE_I64, n_q),
                                   self.input("wmask", g.GGML_TYPE_F32, window_keys,
                                              cfg.group_size * n_q))
@@ -262,7 +265,7 @@ class _Builder:
         if n_q == 1:
             for store in stores:
                 self.emit(store)
-            keys, values, n_keys = kw, vw, cfg.window
+            keys, values, n_keys = kw, vw, self.window_rows
         else:
             keys = g.ggml_concat(ctx, kw, g.ggml_cast(ctx, k, kw.contents.type), 1)
             values = g.ggml_concat(ctx, vw, v, 1)
