@@ -18,7 +18,7 @@ from engine.errors import UnsupportedArchitectureError
 from engine.model.architecture import ARCHITECTURES, support_problem
 from engine.model.gguf_file import open_model
 from engine.model.model import load_model
-from engine.snapshot.format import identity_of
+from engine.snapshot.identity import identity_of
 from engine.state.ring_policy import RingPolicy
 
 from .parity import run_steps

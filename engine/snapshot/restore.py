@@ -33,7 +33,6 @@ from ..state.arena import (
 )
 from .format import (
     COUNTER_WORDS,
-    WINDOW_PLANES,
     Header,
     Sections,
     SnapshotChecksumError,
@@ -42,12 +41,15 @@ from .format import (
     SnapshotIdentityError,
     SnapshotTruncatedError,
     array_at,
-    identity_of,
-    parse_identity,
-    plane_specs,
     unpack_header,
     unpack_sections,
     unpack_trailer,
+)
+from .identity import (
+    WINDOW_PLANES,
+    identity_of,
+    parse_identity,
+    plane_specs,
     window_from_token_order,
 )
 

@@ -25,17 +25,8 @@ import xxhash
 from ..conversation import Conversation
 from ..errors import UnusableFileError
 from ..fileio import create_exclusive, describe_os_error
-from .format import (
-    SNAPSHOT_VERSION,
-    WINDOW_PLANES,
-    Header,
-    Sections,
-    identity_bytes,
-    identity_of,
-    pack_body,
-    pack_trailer,
-    window_to_token_order,
-)
+from .format import SNAPSHOT_VERSION, Header, Sections, pack_body, pack_trailer
+from .identity import WINDOW_PLANES, identity_bytes, identity_of, window_to_token_order
 
 WRITE_CHUNK = 1 << 20
 Progress = Callable[[int, int], None]

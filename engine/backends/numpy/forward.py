@@ -27,66 +27,10 @@ from ...state.arena import ArenaViews
 from ...state.ring import KVRing, SlotSpan
 from ..base import ForwardPass, HiddenCallback, prefill_in_chunks
 from ..window_mask import window_mask
+from .ops import gelu_mul, rmsnorm, rmsnorm_heads, rmsnorm_rows, silu_mul
 from .shortconv import short_conv
 from .softmax import exp_rows, softmax_few_rows
 from .window import decode_window_attention, prefill_window_attention
-
-
-def rmsnorm(x: np.ndarray, weight: np.ndarray, out: np.ndarray, eps: float) -> None:
-    """out = x / rms(x) * weight for one row x (d,)."""
-    inv = 1.0 / math.sqrt(float(np.dot(x, x)) / x.shape[0] + eps)
-    np.multiply(x, inv, out=out)
-    np.multiply(out, weight, out=out)
-
-
-def rmsnorm_rows(x: np.ndarray, weight: np.ndarray, out: np.ndarray, tmp: np.ndarray,
-                 eps: float) -> None:
-    """Row-wise RMSNorm of x (C, d) into out (C, d); tmp is (C,) scratch."""
-    np.einsum("ij,ij->i", x, x, out=tmp)
-    np.multiply(tmp, 1.0 / x.shape[1], out=tmp)
-    np.add(tmp, eps, out=tmp)
-    np.sqrt(tmp, out=tmp)
-    np.reciprocal(tmp, out=tmp)
-    np.multiply(x, tmp[:, None], out=out)
-    np.multiply(out, weight, out=out)
-
-
-def rmsnorm_heads(x: np.ndarray, weight: np.ndarray, tmp: np.ndarray, eps: float) -> None:
-    """In-place RMSNorm of every head vector: x (..., heads, head_dim); tmp (..., heads)."""
-    np.einsum("...i,...i->...", x, x, out=tmp)
-    np.multiply(tmp, 1.0 / x.shape[-1], out=tmp)
-    np.add(tmp, eps, out=tmp)
-    np.sqrt(tmp, out=tmp)
-    np.reciprocal(tmp, out=tmp)
-    np.multiply(x, tmp[..., None], out=x)
-    np.multiply(x, weight, out=x)
-
-
-def silu_mul(gate: np.ndarray, up: np.ndarray, out: np.ndarray) -> None:
-    """out = silu(gate) * up, where silu(g) = g / (1 + exp(-g))."""
-    np.negative(gate, out=out)
-    np.exp(out, out=out)
-    np.add(out, 1.0, out=out)
-    np.divide(gate, out, out=out)
-    np.multiply(out, up, out=out)
-
-
-GELU_C = math.sqrt(2.0 / math.pi)
-
-
-def gelu_mul(gate: np.ndarray, up: np.ndarray, out: np.ndarray) -> None:
-    """out = gelu(gate) * up, GELU's tanh approximation (GeGLU; HF's gelu_pytorch_tanh):
-    gelu(g) = g/2 * (1 + tanh(sqrt(2/pi) * (g + 0.044715 g^3)))."""
-    np.multiply(gate, gate, out=out)
-    np.multiply(out, 0.044715, out=out)
-    np.add(out, 1.0, out=out)
-    np.multiply(out, gate, out=out)
-    np.multiply(out, GELU_C, out=out)
-    np.tanh(out, out=out)
-    np.add(out, 1.0, out=out)
-    np.multiply(out, gate, out=out)
-    np.multiply(out, 0.5, out=out)
-    np.multiply(out, up, out=out)
 
 
 @dataclass(frozen=True)
