@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.allocs import measure_allocations
 from engine.backends import problems_running
 from engine.conversation import Conversation
 from engine.model.architecture import (
@@ -35,6 +34,7 @@ from engine.state.arena import conversation_layout
 from engine.state.ring_policy import RingPolicy
 from engine.state.sampler import SamplingSettings
 
+from .allocation_checks import assert_decode_allocates_nothing
 from .parity import prefill_row_logits
 from .tiny_model import TinySpec, gemma_tokenizer, write_tiny_gguf
 
@@ -232,19 +232,7 @@ def test_undo_and_regenerate_restore_the_window_planes(gemma, tmp_path) -> None:
 
 def test_decode_allocates_nothing_through_eviction_and_rebase(tmp_path) -> None:
     model = load_model(write_gemma(tmp_path, context_length=40), tmp_path / "cache")
-    conv = Conversation(model, RingPolicy(max_slots=24, recent_window=4, evict_batch=3,
-                                          prefill_chunk=5))
-    conv.ingest([5, 6, 7])
-    token = iter(range(10**6))
-
-    def step() -> None:
-        conv.forward.decode_one_token(4 + next(token) % 5000)
-
-    for _ in range(60):
-        step()
-    report = measure_allocations(step, repeat=120)
-    assert conv.ring.evicted > 0 and conv.ring.rebases > 0
-    assert report.numpy_new_buffers == 0 and report.numpy_net_bytes <= 0
+    assert_decode_allocates_nothing(model, vocab_top=5004)
 
 
 def test_a_270m_arena_keeps_a_fraction_of_a_uniform_ring() -> None:
