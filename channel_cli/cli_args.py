@@ -59,6 +59,22 @@ def data_dir(args: argparse.Namespace) -> Path:
     return Path(explicit) if explicit else default_data_dir()
 
 
+def session_data_dir(args: argparse.Namespace) -> Path:
+    """The data directory, for a command that writes sessions: created private if missing,
+    closed to others if they could read it (said once, on stderr), refused in one line when
+    sessions cannot live there, as the engine process does (docs/security.md)."""
+    from engine.errors import ChannelError
+    from engine.process.protocol import data_dir_problem
+
+    path = data_dir(args)
+    problem, note = data_dir_problem(path, make_private=True)
+    if problem:
+        raise ChannelError(problem)
+    if note:
+        print(f"channel: note: {note}", file=sys.stderr)
+    return path
+
+
 def cache_dir(args: argparse.Namespace) -> Path:
     explicit = opt(args, "cache_dir") or os.environ.get("CHANNEL_CACHE_DIR")
     return Path(explicit) if explicit else default_cache_dir()

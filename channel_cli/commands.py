@@ -18,6 +18,7 @@ from channel_cli.cli_args import (
     opt,
     pick_backend,
     remember_model,
+    session_data_dir,
     use_session_model,
 )
 from engine.paths import SessionFiles
@@ -37,9 +38,10 @@ def chat(args: argparse.Namespace) -> int:
     from engine.paths import check_session_name
 
     name = check_session_name(opt(args, "session", "default"))
+    directory = session_data_dir(args)
     use_session_model(args, name)
     backend, model = backend_and_model(args)
-    session = Session(model, data_dir(args), name, backend=backend)
+    session = Session(model, directory, name, backend=backend)
     boot = session.boot(cold=bool(opt(args, "cold", False)))
     remember_model(args, name, model)
     for warning in boot.warnings:
@@ -173,7 +175,7 @@ def send(args: argparse.Namespace) -> int:
     if problem:
         raise ValueError(f"the message {problem}")
     name = check_session_name(opt(args, "session", "default"))
-    log = StreamLog(SessionFiles(data_dir(args), name).stream)
+    log = StreamLog(SessionFiles(session_data_dir(args), name).stream)
     start = log.read()
     sent = log.append("user", args.text)
     if args.no_wait:
@@ -210,7 +212,7 @@ def fork(args: argparse.Namespace) -> int:
     and the new session replays whatever the snapshot does not hold yet."""
     from engine.session.fork import fork_session
 
-    report = fork_session(data_dir(args), args.source, args.new)
+    report = fork_session(session_data_dir(args), args.source, args.new)
     state = (f"snapshot {report.snapshot_bytes:,} bytes" if report.snapshot_bytes
              else "no snapshot: it boots cold")
     print(f"forked {report.source!r} as {report.name!r}: {report.events} events, {state}")
