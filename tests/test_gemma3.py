@@ -29,19 +29,17 @@ from engine.model.config import ModelConfig
 from engine.model.model import load_model
 from engine.session.session import Session
 from engine.session.transcript import Transcript
-from engine.session.undo import undo
 from engine.state.arena import conversation_layout
 from engine.state.ring_policy import RingPolicy
-from engine.state.sampler import SamplingSettings
 
 from .allocation_checks import assert_decode_allocates_nothing
 from .parity import prefill_row_logits
+from .rollback_checks import assert_undo_and_regenerate_are_exact
 from .tiny_model import TinySpec, gemma_tokenizer, write_tiny_gguf
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "arch" / "gemma3.gguf"
 SPM = REPO / "tests" / "fixtures" / "vocab" / "llama-spm.gguf"
-GREEDY = SamplingSettings()
 # Six layers, the last global; windows of 8 tokens; wide heads; the 4B's linear scaling.
 SPEC = TinySpec(architecture="gemma3", n_layers=6, head_dim=32, rope_theta=1e6,
                 sliding_window=8, rope_linear_factor=8.0, tied=False)
@@ -191,43 +189,13 @@ def test_window_layers_survive_eviction_and_rebase(tmp_path) -> None:
     np.testing.assert_array_equal(np.stack(again), np.stack(got))
 
 
-def session_state(session: Session) -> dict:
-    conv = session.conversation
-    v, n = conv.arena.views(), conv.ring.n_active
-    return {"counters": v.ring_counters.copy(), "k": v.k_cache[:, :n].copy(),
-            "v": v.v_cache[:, :n].copy(), "kw": v.kw_cache.copy(), "vw": v.vw_cache.copy(),
-            "salience": v.slot_salience[:n].copy(), "rendered": session.transcript.rendered}
-
-
-def assert_same(a: dict, b: dict) -> None:
-    for key in a:
-        if isinstance(a[key], np.ndarray):
-            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-        else:
-            assert a[key] == b[key], key
-
-
 def test_undo_and_regenerate_restore_the_window_planes(gemma, tmp_path) -> None:
     """Turns far longer than the window: an undo rolls the window planes back exactly, and a
     regenerate decodes the same reply from them."""
     session = Session(gemma, tmp_path, "s", RingPolicy().scaled_to(128))
-    session.boot()
-    session.turn("the first message is long enough to slide the window", GREEDY, 6)
-    after_first = session_state(session)
-    second = session.turn("and so is the second message, by quite a few tokens", GREEDY, 6)
-    after_second = session_state(session)
-    assert not np.array_equal(after_first["kw"], after_second["kw"])
-    report, _ = undo(session)
-    assert report.method == "rollback"
-    assert_same(session_state(session), after_first)
-    session.turn("and so is the second message, by quite a few tokens", GREEDY, 6)
-    report, pending = undo(session, keep_user=True)
-    assert report.method == "rollback" and pending is not None and pending.prefilled
-    again = session.respond(pending, GREEDY, 6)
-    assert again.prompt_tokens == 0 and again.reply_ids == second.reply_ids
-    state = session_state(session)
-    for key in ("k", "v", "kw", "vw", "rendered"):
-        assert_same({key: state[key]}, {key: after_second[key]})
+    assert_undo_and_regenerate_are_exact(
+        session, "the first message is long enough to slide the window",
+        "and so is the second message, by quite a few tokens", "kw_cache")
 
 
 def test_decode_allocates_nothing_through_eviction_and_rebase(tmp_path) -> None:

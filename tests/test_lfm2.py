@@ -26,12 +26,11 @@ from engine.model.gguf_file import open_model
 from engine.model.model import load_model
 from engine.model.pretokenizers import pre_tokenizer_spec
 from engine.session.session import Session
-from engine.session.undo import undo
 from engine.state.ring_policy import RingPolicy
-from engine.state.sampler import SamplingSettings
 
 from .allocation_checks import assert_decode_allocates_nothing
 from .parity import prefill_row_logits
+from .rollback_checks import assert_undo_and_regenerate_are_exact
 from .tiny_model import TinySpec, lfm2_tokenizer, write_tiny_gguf
 
 GGML_PROBLEM = ggml_available()  # None where ggml is built
@@ -39,7 +38,6 @@ GGML_PROBLEM = ggml_available()  # None where ggml is built
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "arch" / "lfm2.gguf"
 QWEN2 = REPO / "tests" / "fixtures" / "vocab" / "qwen2.gguf"
-GREEDY = SamplingSettings()
 KINDS = (CONV, CONV, FULL, CONV)
 SPEC = TinySpec(architecture="lfm2", n_layers=4, layer_kinds=KINDS, conv_kernel=3,
                 rope_theta=1e6, tied=False)
@@ -230,43 +228,12 @@ def test_reset_forgets_the_carries(lfm2) -> None:
     np.testing.assert_array_equal(conv.ingest(ids), first)
 
 
-def session_state(session: Session) -> dict:
-    conv = session.conversation
-    v, n = conv.arena.views(), conv.ring.n_active
-    return {"counters": v.ring_counters.copy(), "k": v.k_cache[:, :n].copy(),
-            "v": v.v_cache[:, :n].copy(), "carry": v.conv_state.copy(),
-            "salience": v.slot_salience[:n].copy(), "rendered": session.transcript.rendered}
-
-
-def assert_same(a: dict, b: dict) -> None:
-    for key in a:
-        if isinstance(a[key], np.ndarray):
-            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-        else:
-            assert a[key] == b[key], key
-
-
 def test_undo_and_regenerate_restore_the_carries(lfm2, tmp_path) -> None:
     """An undo rolls the conv carries back exactly, and a regenerate decodes the same reply
     from them."""
     session = Session(lfm2, tmp_path, "s", RingPolicy().scaled_to(128))
-    session.boot()
-    session.turn("the first message", GREEDY, 6)
-    after_first = session_state(session)
-    second = session.turn("and the second message", GREEDY, 6)
-    after_second = session_state(session)
-    assert not np.array_equal(after_first["carry"], after_second["carry"])
-    report, _ = undo(session)
-    assert report.method == "rollback"
-    assert_same(session_state(session), after_first)
-    session.turn("and the second message", GREEDY, 6)
-    report, pending = undo(session, keep_user=True)
-    assert report.method == "rollback" and pending is not None and pending.prefilled
-    again = session.respond(pending, GREEDY, 6)
-    assert again.prompt_tokens == 0 and again.reply_ids == second.reply_ids
-    state = session_state(session)
-    for key in ("k", "v", "carry", "rendered"):
-        assert_same({key: state[key]}, {key: after_second[key]})
+    assert_undo_and_regenerate_are_exact(session, "the first message",
+                                         "and the second message", "conv_state")
 
 
 def test_decode_allocates_nothing_through_eviction_and_rebase(tmp_path) -> None:

@@ -18,6 +18,8 @@ from engine.session.undo import undo
 from engine.state.ring_policy import RingPolicy
 from engine.state.sampler import SamplingSettings
 
+from .rollback_checks import assert_same
+
 GREEDY = SamplingSettings()
 POLICY = RingPolicy().scaled_to(256)
 
@@ -30,15 +32,6 @@ def ring_state(session: Session) -> dict:
             "v": v.v_cache[:, :n].copy(), "pos": v.slot_pos[:n].copy(),
             "clock": v.slot_clock[:n].copy(), "salience": v.slot_salience[:n].copy(),
             "rendered": session.transcript.rendered}
-
-
-def assert_same(a: dict, b: dict) -> None:
-    assert a.keys() == b.keys()
-    for key in a:
-        if isinstance(a[key], np.ndarray):
-            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-        else:
-            assert a[key] == b[key], key
 
 
 def test_undo_rolls_the_ring_back_exactly_and_replay_agrees(tiny_model, tmp_path) -> None:
