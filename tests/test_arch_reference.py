@@ -74,8 +74,8 @@ def greedy(model, ids: list[int], n: int, backend=None) -> list[int]:
 
 
 def refusal(model, backend: str) -> str | None:
-    """Why `backend` refuses the fixture's model (the architecture table's words), or None:
-    ggml lacks Gemma's block, numpy runs it."""
+    """Why `backend` refuses the fixture's model (the architecture table's words), or None
+    (numpy and ggml run every fixture; Vulkan the llama ones)."""
     return problems_running(model.config.features, model.config.architecture)[backend]
 
 

@@ -58,7 +58,7 @@ class GgmlBackend:
 
     def make_forward(self, model: Model, ring: KVRing) -> GgmlForward:
         problem = model_problem(self, model.config)
-        if problem is not None:  # e.g. Gemma's block, which its graph does not build
+        if problem is not None:  # a feature its graph does not build (FEATURES)
             raise UnsupportedArchitectureError(f"{problem}; use --backend numpy")
         weights = self._weights.get(model.fingerprint)
         if weights is None:
