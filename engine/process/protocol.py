@@ -25,7 +25,7 @@ from ..paths import (  # noqa: F401 (SESSION_NAME, default_data_dir: shared with
     ensure_private_dir,
     session_name_problem,
 )
-from ..state.sampling import SamplingSettings
+from ..state.sampling import MAX_REPLY_TOKENS, SamplingSettings
 from ..text import decode_utf8, parse_json, utf8_size
 
 PROTOCOL_VERSION = 1
@@ -33,7 +33,6 @@ MAX_LINE_BYTES = 1 << 20  # a request larger than this is refused, not parsed
 # A message larger than this is refused (--max-message-bytes). The ring holds a few thousand
 # tokens, a few pages of text: a bigger message mostly costs prefill time it then evicts.
 DEFAULT_MAX_MESSAGE_BYTES = 64 << 10
-MAX_REPLY_TOKENS = 1 << 16
 MAX_NAME_BYTES = 256  # a string id or a client name
 MAX_PATH_BYTES = 4096  # an `open` request's model path (PATH_MAX)
 MAX_INT_ID = (1 << 63) - 1

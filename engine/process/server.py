@@ -228,7 +228,7 @@ class EngineServer(TurnEdits, SnapshotRequests):
         runtime = self._runtime(request)
         # Everything about the request was checked when it was parsed; the template renders
         # the message before it is logged, so a failure here leaves no trace in the stream.
-        pending = runtime.session.begin_turn(request.args["text"])
+        pending = runtime.session.begin_turn(request.args["text"], request.args.get("max_tokens"))
         self._answer(runtime, request.id, pending, request.settings,
                      request.args.get("max_tokens"))
 
@@ -248,10 +248,11 @@ class EngineServer(TurnEdits, SnapshotRequests):
         def on_text(piece: str) -> None:
             self.emit({"type": "token", "req": request_id, "session": name, "text": piece})
 
+        if max_tokens is None:  # a message found waiting says what its sender asked for
+            max_tokens = DEFAULT_MAX_TOKENS if pending.max_tokens is None else pending.max_tokens
         try:
             result = runtime.session.respond(
-                pending, settings or SamplingSettings(),
-                DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens, on_text=on_text,
+                pending, settings or SamplingSettings(), max_tokens, on_text=on_text,
                 should_stop=runtime.cancel.is_set, shutting_down=self.stopping.is_set)
         finally:
             runtime.turn_active = False

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from ..snapshot.format import SnapshotError
 from ..snapshot.restore import restore
-from .replay import ReplayProgress, replay, taken_in, withdrawn_ids
+from .replay import ReplayProgress, replay, ring_order, taken_in, withdrawn_ids
 from .stream import StreamEvent, StreamRead
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ class BootReport:
     replay_ms: float = 0.0
     replayed_events: int = 0
     replayed_tokens: int = 0
+    skipped_tokens: int = 0  # left out of the replay at the front: the ring cannot hold them
     restored_slots: int = 0
     snapshot_bytes: int = 0
     phases_ms: dict[str, float] = field(default_factory=dict)
@@ -69,13 +70,13 @@ def cold(session: Session, events: list[StreamEvent], reason: str,
     session.snapshots.last_clock = None
     kept = taken_in(events, withdrawn_ids(events))
     t0 = time.perf_counter()
-    replayed = replay(conv, session.transcript, kept, progress, first_is_system=True)
+    replayed, skipped = replay(conv, session.transcript, kept, progress, first_is_system=True)
     replay_ms = (time.perf_counter() - t0) * 1e3
     session.last_event_id = events[-1].id if events else None
     session.unusable = None
     return BootReport(kind="cold", reason=reason, replay_ms=replay_ms,
                       replayed_events=len(kept), replayed_tokens=replayed,
-                      phases_ms={"replay": replay_ms})
+                      skipped_tokens=skipped, phases_ms={"replay": replay_ms})
 
 
 def warm(session: Session, read: StreamRead, progress: ReplayProgress | None) -> BootReport:
@@ -86,23 +87,22 @@ def warm(session: Session, read: StreamRead, progress: ReplayProgress | None) ->
     for i, event in enumerate(events):
         first.setdefault(event.id, i)
     report = restore(session.conversation, session.snapshots.path, known_ids=first.keys())
-    anchor = first[report.stream_id]
-    _check_agrees(read, anchor)
+    held, after = _split_at_anchor(read, first[report.stream_id])
     withdrawn = withdrawn_ids(events)
     session.snapshots.last_clock = report.clock
-    session.transcript.reset_to(taken_in(events[: anchor + 1], withdrawn),
+    session.transcript.reset_to(taken_in(held, withdrawn),
                                 bool(report.session.get("awaiting_reply", False)))
-    later = taken_in(events[anchor + 1 :], withdrawn)
+    later = taken_in(after, withdrawn)
     t0 = time.perf_counter()
-    replayed = replay(session.conversation, session.transcript, later, progress,
-                      first_is_system=False)
+    replayed, skipped = replay(session.conversation, session.transcript, later, progress,
+                               first_is_system=False)
     replay_ms = (time.perf_counter() - t0) * 1e3
     session.last_event_id = events[-1].id  # withdrawn or not: the last event it includes
     session.unusable = None
     return BootReport(
         kind="warm", reason="snapshot valid", restore_ms=report.restore_ms,
         replay_ms=replay_ms, replayed_events=len(later), replayed_tokens=replayed,
-        restored_slots=report.n_active, snapshot_bytes=report.bytes,
+        skipped_tokens=skipped, restored_slots=report.n_active, snapshot_bytes=report.bytes,
         phases_ms={"validate": report.validate_ms, "copy": report.copy_ms, "replay": replay_ms},
     )
 
@@ -118,13 +118,21 @@ def _set_aside(session: Session) -> str:
     return f"kept as {aside.name}"
 
 
-def _check_agrees(read: StreamRead, anchor: int) -> None:
-    """Refuse a warm boot whose anchor (events[anchor]) the stream makes ambiguous: an id
-    after it that repeats or goes back, or a later line withdrawing a message before it."""
+def _split_at_anchor(read: StreamRead, anchor: int) -> tuple[list[StreamEvent],
+                                                              list[StreamEvent]]:
+    """The events a snapshot anchored at events[anchor] holds, and those it does not, in
+    ring order (replay.ring_order: the snapshot holds a prefix of that order, not of the
+    stream, when replies came after later questions). StreamOrderError where the stream
+    makes the anchor ambiguous: an id after it that repeats or goes back, or a later line
+    withdrawing a message the snapshot holds."""
     late = [why for i, why in sorted(read.disorder.items()) if i > anchor]
     if late:
         raise StreamOrderError(f"{late[0]}, after the snapshot's anchor")
-    before = {e.id for e in read.events[: anchor + 1]}
-    for event in read.events[anchor + 1 :]:
-        if withdrawn_ids([event]) & before:
+    order = ring_order(read.events)
+    cut = next(i for i, e in enumerate(order) if e is read.events[anchor]) + 1
+    held, after = order[:cut], order[cut:]
+    ids = {e.id for e in held}
+    for event in after:
+        if withdrawn_ids([event]) & ids:
             raise StreamOrderError(f"event {event.id} withdraws a message the snapshot holds")
+    return held, after

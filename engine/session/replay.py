@@ -28,6 +28,7 @@ from .transcript import Transcript
 log = logging.getLogger("channel.engine")
 WITHDRAWS = "withdraws"
 RETRACTS = "retracts"
+IN_REPLY_TO = "in_reply_to"
 FORKED_FROM = "forked_from"
 ReplayProgress = Callable[[int, int], None]  # (tokens done, tokens total)
 
@@ -59,10 +60,44 @@ def withdrawn_ids(events: Sequence[StreamEvent]) -> set[str]:
     return ids
 
 
+def reply_target(event: StreamEvent) -> str | None:
+    """The id of the message an assistant event answers (`in_reply_to`), if it names one."""
+    target = event.extra.get(IN_REPLY_TO)
+    return target if event.role == "assistant" and isinstance(target, str) else None
+
+
+def ring_order(events: Sequence[StreamEvent]) -> list[StreamEvent]:
+    """The events in the order the ring takes them in: the stream's, except that a reply
+    comes right after the message it answers (`in_reply_to`) and that message's earlier
+    replies.
+
+    The two differ when messages queue up: three `channel send`s before the engine answers
+    the first are in the stream as three questions, then three answers, while the engine fed
+    each question just before its answer. A reply moves back past other messages and
+    replies only, never past a line that takes messages out (a withdrawal, a retraction) or
+    a fork's marker: the ring took that line in before the reply was written. A stream
+    written before replies named their message keeps its order.
+    """
+    ordered: list[StreamEvent] = []
+    for event in events:
+        target, at = reply_target(event), len(ordered)
+        while target is not None and at > 0:
+            before = ordered[at - 1]
+            if before.id == target or reply_target(before) == target:
+                break
+            if is_withdrawal(before) or is_marker(before):
+                break
+            at -= 1
+        else:
+            at = len(ordered)  # its message is not before it: the stream's place
+        ordered.insert(at, event)
+    return ordered
+
+
 def taken_in(events: Sequence[StreamEvent], withdrawn: set[str]) -> list[StreamEvent]:
-    """The events whose tokens belong in the ring: all but withdrawn or retracted messages,
-    the events that take them out, and markers."""
-    return [e for e in events
+    """The events whose tokens belong in the ring, in ring order: all but withdrawn or
+    retracted messages, the events that take them out, and markers."""
+    return [e for e in ring_order(events)
             if e.id not in withdrawn and not is_withdrawal(e) and not is_marker(e)]
 
 
@@ -102,9 +137,10 @@ def plan_replay(transcript: Transcript, events: Sequence[StreamEvent], first_is_
 
 
 def replay(conv: Conversation, transcript: Transcript, events: Sequence[StreamEvent],
-           progress: ReplayProgress | None, first_is_system: bool) -> int:
+           progress: ReplayProgress | None, first_is_system: bool) -> tuple[int, int]:
     """Feed events to the ring in bulk: anchors first, then batched prefills. Returns the
-    tokens fed. `progress` may raise to abandon the replay between slices."""
+    tokens fed and those left out at the front because the ring cannot hold them.
+    `progress` may raise to abandon the replay between slices."""
     ring = conv.ring
     plan = plan_replay(transcript, events, first_is_system, ring.n_anchors,
                        conv.policy.max_slots)
@@ -123,4 +159,4 @@ def replay(conv: Conversation, transcript: Transcript, events: Sequence[StreamEv
         conv.ingest(tokens[start : start + step])
         if progress is not None:
             progress(min(start + step, len(tokens)), len(tokens))
-    return len(plan.anchors) + len(tokens)
+    return len(plan.anchors) + len(tokens), plan.skipped

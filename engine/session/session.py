@@ -27,10 +27,10 @@ from ..state.ring_policy import RingPolicy
 from ..state.sampler import SamplingSettings
 from . import boot as booting
 from .boot import BootReport, StreamOrderError
-from .replay import WITHDRAWS, ReplayProgress, taken_in, withdrawn_ids
+from .replay import IN_REPLY_TO, WITHDRAWS, ReplayProgress, taken_in, withdrawn_ids
 from .stream import StreamEvent, StreamLog, StreamRead
 from .transcript import Transcript
-from .turns import LastTurn, PendingTurn, TurnPoint
+from .turns import MAX_TOKENS, LastTurn, PendingTurn, TurnPoint, asked_max_tokens
 
 log = logging.getLogger("channel.engine")
 
@@ -109,43 +109,48 @@ class Session:
         return booting.load(self, self.stream.read(), None, None)
 
     # -- turns ------------------------------------------------------------------------------
-    def begin_turn(self, text: str) -> PendingTurn:
+    def begin_turn(self, text: str, max_tokens: int | None = None) -> PendingTurn:
         """Render the user's message, then log it (fsynced): nothing is logged for a
-        message the template cannot take."""
+        message the template cannot take. The reply length asked for is logged with it,
+        for whoever answers the message if this process cannot."""
         if not text.strip():
             raise ValueError("empty message")
         self.check_usable()
         mark = self.transcript.mark()
         prompt = self.transcript.user_turn(text)
+        asked = {} if max_tokens is None else {MAX_TOKENS: max_tokens}
         try:
-            event = self.stream.append("user", text)
+            event = self.stream.append("user", text, **asked)
         except BaseException:
             self.transcript.rewind(mark)
             raise
-        return PendingTurn(event, prompt, mark[2], mark)
+        return PendingTurn(event, prompt, mark[2], mark, max_tokens=max_tokens)
 
     def begin_external(self, event: StreamEvent) -> PendingTurn:
         """A user event another program appended to the stream, to answer as if typed here."""
         self.check_usable()
         mark = self.transcript.mark()
         return PendingTurn(event, self.transcript.event_tokens(event, generation_prompt=True),
-                           mark[2], mark)
+                           mark[2], mark, max_tokens=asked_max_tokens(event))
 
     def begin_pending(self) -> PendingTurn | None:
         """The last user message if the transcript ends unanswered (say, after a crash
-        mid-turn, or a message sent while no engine ran); None if there is none."""
+        mid-turn, or a message sent while no engine ran); None if there is none. The ring
+        holds every unanswered message already: one reply answers them all."""
         if not self.transcript.pending_user():
             return None
         events = self.stream.read().events
         user = next(e for e in reversed(taken_in(events, withdrawn_ids(events)))
                     if e.role == "user")
-        return PendingTurn(user, self.transcript.generation_prompt(), False)
+        return PendingTurn(user, self.transcript.generation_prompt(), False,
+                           max_tokens=asked_max_tokens(user))
 
     def turn(self, text: str, settings: SamplingSettings, max_tokens: int,
              on_text: TextCallback | None = None,
              should_stop: StopCheck | None = None) -> TurnResult:
         """Log the user's message (fsynced first), answer it, log the answer."""
-        return self.respond(self.begin_turn(text), settings, max_tokens, on_text, should_stop)
+        return self.respond(self.begin_turn(text, max_tokens), settings, max_tokens, on_text,
+                            should_stop)
 
     def respond(self, turn: PendingTurn, settings: SamplingSettings, max_tokens: int,
                 on_text: TextCallback | None = None, should_stop: StopCheck | None = None,
@@ -213,6 +218,7 @@ class Session:
         event = self.stream.append(
             "assistant", reply, tokens=gen.ids, model=self.model.fingerprint, stop=gen.stop,
             temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
+            **{IN_REPLY_TO: turn.event.id},
         )
         self.last_event_id = event.id
         self.last_turn = LastTurn(turn.event.id, event.id, before, prompted, conv.ring.clock)

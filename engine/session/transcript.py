@@ -116,7 +116,7 @@ class Transcript:
 
     def generation_prompt(self) -> list[int]:
         """Tokens that open the assistant's reply after a pending user message."""
-        return self.tokenizer.encode(self._advance(True))
+        return self.tokenizer.encode(self._advance(True, appended=False))
 
     def close_assistant(self, content: str) -> list[int]:
         """Record a reply whose tokens are in the ring; return what the template puts after
@@ -143,17 +143,18 @@ class Transcript:
             ids.insert(0, bos)
         return ids
 
-    def _advance(self, generation_prompt: bool) -> str:
-        delta = self._extension(generation_prompt)
+    def _advance(self, generation_prompt: bool, appended: bool = True) -> str:
+        delta = self._extension(generation_prompt, appended)
         self.rendered += delta
         self.awaiting_reply = generation_prompt
         return delta
 
-    def _extension(self, generation_prompt: bool) -> str:
-        """What rendering the messages (the newest included) adds to `rendered`."""
+    def _extension(self, generation_prompt: bool, appended: bool = True) -> str:
+        """What rendering the messages adds to `rendered`: the newest message's part when it
+        was just `appended`, else only what the generation prompt changes."""
         windowed = None
         if self.window_ok is not False and len(self.messages) >= WINDOW_FROM:
-            windowed = self._windowed_extension(generation_prompt)
+            windowed = self._windowed_extension(generation_prompt, appended)
             if windowed is not None and self.window_ok:
                 return windowed
         text = self.template.render(self.messages, add_generation_prompt=generation_prompt)
@@ -171,13 +172,15 @@ class Transcript:
                 self.window_ok = True if self._window_checks >= WINDOW_CHECKS else None
         return full
 
-    def _windowed_extension(self, generation_prompt: bool) -> str | None:
+    def _windowed_extension(self, generation_prompt: bool, appended: bool) -> str | None:
         """The extension rendered through a window: the first message, then the last few
         from an odd index on, so the newest keeps its parity. None if the window's renders
-        do not extend each other."""
+        do not extend each other. Only an `appended` message is new: a generation prompt
+        after a message already rendered (a pending one) must not render it again."""
         start = len(self.messages) - 4
         start -= 1 - start % 2  # odd: (newest - start + 1) has the newest's parity
         window = self.messages[:1] + self.messages[start:]
-        before = self.template.render(window[:-1], add_generation_prompt=self.awaiting_reply)
+        rendered = window[:-1] if appended else window
+        before = self.template.render(rendered, add_generation_prompt=self.awaiting_reply)
         after = self.template.render(window, add_generation_prompt=generation_prompt)
         return after[len(before) :] if after.startswith(before) else None

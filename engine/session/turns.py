@@ -12,8 +12,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..state.ring import RingMark
+from ..state.sampling import MAX_REPLY_TOKENS
 from .stream import StreamEvent
 from .transcript import TranscriptMark
+
+MAX_TOKENS = "max_tokens"  # on a user event: the reply length its sender asked for
 
 
 @dataclass(frozen=True)
@@ -45,3 +48,11 @@ class PendingTurn:
     # Set when the ring already holds the prompt (a regenerate rolled back to it): the
     # point before the prompt, kept from the turn that is being regenerated.
     prefilled: TurnPoint | None = None
+    max_tokens: int | None = None  # what the message's sender asked for, if it said
+
+
+def asked_max_tokens(event: StreamEvent) -> int | None:
+    """The reply length a user event's sender asked for (`max_tokens`), if a valid one."""
+    asked = event.extra.get(MAX_TOKENS)
+    ok = isinstance(asked, int) and not isinstance(asked, bool) and 0 < asked <= MAX_REPLY_TOKENS
+    return asked if ok else None

@@ -15,6 +15,7 @@ MAX_TEMPERATURE = 100.0
 MIN_TEMPERATURE = 1e-4
 MAX_TOP_K = (1 << 31) - 1
 SEED_LIMIT = 1 << 64  # seeds are 64-bit: 0 <= seed < 2**64
+MAX_REPLY_TOKENS = 1 << 16  # the most tokens one reply may ask for
 
 
 @dataclass(frozen=True)
