@@ -65,13 +65,19 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("--timeout", type=float, default=120.0, help="seconds to wait")
     send.set_defaults(handler=commands.send)
 
-    snap = sub.add_parser("snapshot", help="inspect snapshot files")
+    snap = sub.add_parser("snapshot", help="inspect snapshot files, verify a session's saved state")
     snap_sub = snap.add_subparsers(metavar="ACTION", required=True)
     inspect = snap_sub.add_parser("inspect", help="print a snapshot's header and validation")
     inspect.add_argument("path", type=Path)
     inspect.add_argument("--json", action="store_true")
     _add_common(inspect)
     inspect.set_defaults(handler=commands.snapshot_inspect)
+    verify = snap_sub.add_parser(
+        "verify", help="check a session's saved state against a cold replay of its stream")
+    verify.add_argument("name", help="the session")
+    verify.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_common(verify)
+    verify.set_defaults(handler=commands.snapshot_verify)
 
     models = sub.add_parser("models", help="list the GGUF models on this machine")
     models.add_argument("--json", action="store_true",

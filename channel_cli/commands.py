@@ -21,6 +21,7 @@ from channel_cli.cli_args import (
     session_data_dir,
     use_session_model,
 )
+from engine.errors import ChannelError
 from engine.paths import SessionFiles
 from engine.process.protocol import Limits, message_problem
 
@@ -169,6 +170,7 @@ def send(args: argparse.Namespace) -> int:
     import time
 
     from engine.paths import check_session_name
+    from engine.session.replay import WITHDRAWS, reply_target
     from engine.session.stream import StreamLog
 
     problem = message_problem(args.text, Limits())  # what the engine would take in a turn
@@ -182,13 +184,17 @@ def send(args: argparse.Namespace) -> int:
         print(sent.id)
         return 0
     offset, deadline = start.end_offset, time.monotonic() + args.timeout
-    seen_ours = False
     while time.monotonic() < deadline:
         read = log.read(offset)
         offset = read.end_offset
         for event in read.events:
-            seen_ours = seen_ours or event.id == sent.id
-            if seen_ours and event.role == "assistant":
+            if event.extra.get(WITHDRAWS) == sent.id:
+                raise ChannelError(f"the engine took message {sent.id} back out "
+                                   f"({event.extra.get('stop')}): it was not answered")
+            # Our reply names our message. One naming a later message answers ours too:
+            # messages left waiting by a crash are answered together (docs/stream.md).
+            target = reply_target(event)
+            if target is not None and target >= sent.id:
                 print(event.content)
                 return 0
         time.sleep(0.2)
@@ -205,6 +211,41 @@ def snapshot_inspect(args: argparse.Namespace) -> int:
     report = inspect_snapshot(args.path, model)
     print(json.dumps(report) if args.json else render_inspection(report))
     return 0 if report["valid"] else 1
+
+
+def snapshot_verify(args: argparse.Namespace) -> int:
+    """Boot copies of a session warm and cold and compare them (engine/session/verify.py)."""
+    from engine.paths import check_session_name
+    from engine.session.verify import verify_session
+
+    name = check_session_name(args.name)
+    directory = data_dir(args)
+    use_session_model(args, name)
+    backend, model = backend_and_model(args)
+    report = verify_session(model, directory, name, backend=backend)
+    if args.json:
+        print(json.dumps(report.as_dict()))
+    else:
+        print(render_verify(report))
+    return 0 if report.ok else 1
+
+
+def render_verify(report) -> str:
+    state = ("warm boot" if report.warm_kind == "warm"
+             else f"no warm state ({report.warm_reason}): cold against cold")
+    verdict = "matches" if report.ok else "DIFFERS from"
+    lines = [f"session {report.session!r}: the {state} {verdict} a cold replay of the stream",
+             f"  clock {report.warm_clock:,} warm, {report.cold_clock:,} cold"
+             + (f" + {report.skipped_tokens:,} tokens a capped replay leaves out"
+                if report.skipped_tokens else "")]
+    if report.compared_slots:
+        lines.append(f"  {report.compared_slots:,} slots compared one by one; K/V within "
+                     f"{report.max_rel_diff:.2g} of the largest value")
+    else:
+        lines.append("  slots not compared one by one: the ring has evicted or rebased "
+                     "(docs/snapshot.md)")
+    lines += [f"  problem: {problem}" for problem in report.problems]
+    return "\n".join(lines)
 
 
 def fork(args: argparse.Namespace) -> int:

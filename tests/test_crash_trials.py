@@ -9,6 +9,8 @@ new engine and opens the session again. Every trial checks:
 - no acknowledged message is lost: every message whose `turn_started` arrived (the engine
   acknowledges it once it is fsynced), and every line another program appended, is in the
   transcript the boot reports;
+- the saved state is the state a cold replay of the stream builds (`channel snapshot
+  verify`: engine/session/verify.py), checked on copies of the files before each restart;
 - the next turn works.
 
 CI runs 10 trials; `pytest tests/test_crash_trials.py --trials 200 -s` runs a long one and
@@ -22,13 +24,16 @@ import os
 import random
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from engine.backends.select import backend_for_model, fit_to_model
 from engine.model.model import load_model
 from engine.process.client import EngineProcess, spawn
 from engine.session.stream import StreamLog
+from engine.session.verify import verify_session
 from engine.snapshot.format import SnapshotError
 from engine.snapshot.restore import read_snapshot
 
@@ -37,7 +42,8 @@ from .tiny_model import TinySpec, write_tiny_gguf
 # Wider than the default tiny model, so a snapshot is big enough for kills to land mid-write.
 SPEC = TinySpec(n_layers=4, d_model=256, n_heads=4, n_kv_heads=2, ffn_dim=256,
                 context_length=4096, seed=11)
-SCENARIOS = ("turn", "long prompt", "save", "autosave", "open", "external send")
+SCENARIOS = ("turn", "long prompt", "save", "autosave", "open", "external send", "regenerate",
+             "edit")
 
 
 # The hybrids too: their window planes and conv carries are saved beside the ring (format 3).
@@ -45,27 +51,37 @@ HYBRID_FIXTURES = Path(__file__).parent / "fixtures" / "arch"
 
 
 @pytest.fixture(scope="module", params=["wide", "gemma3", "lfm2"])
-def crash_model(request, tmp_path_factory) -> tuple[Path, Path]:
+def crash_model(request, tmp_path_factory) -> tuple[Path, Path, Callable]:
+    """The model's file, its weight cache (built once, not per trial), and a check of a
+    session's saved state against a cold replay, on the backend the engines choose."""
     directory = tmp_path_factory.mktemp("crash-model")
     if request.param == "wide":
         gguf = write_tiny_gguf(directory / "crash.gguf", SPEC)
     else:
         gguf = HYBRID_FIXTURES / f"{request.param}.gguf"
-    load_model(gguf, directory / "cache")  # the weight image is built once, not per trial
-    return gguf, directory / "cache"
+    model = load_model(gguf, directory / "cache")
+    choice = backend_for_model("auto", gguf, directory / "cache")  # as the engines choose
+    backend = fit_to_model(choice, "auto", model.config).backend
+
+    def verify(data: Path):
+        return verify_session(model, data, "s", backend=backend)
+
+    return gguf, directory / "cache", verify
 
 
 class Trials:
     """One session under repeated SIGKILLs, and the figures they produce."""
 
-    def __init__(self, model: tuple[Path, Path], data: Path, rng: random.Random):
-        self.gguf, self.cache = model
+    def __init__(self, model: tuple[Path, Path, Callable], data: Path, rng: random.Random):
+        self.gguf, self.cache, self.verify = model
         self.data = data
         self.rng = rng
         self.stream_path = data / "s.stream.jsonl"
         self.acknowledged: set[str] = set()
         self.figures = collections.Counter(
-            {"lost messages": 0, "corrupt snapshots": 0, "kills mid-write": 0})
+            {"lost messages": 0, "corrupt snapshots": 0, "kills mid-write": 0,
+             "warm differs from cold": 0})
+        self.drift: list[str] = []  # what verify found, for the failure message
         self.cold_reasons: collections.Counter = collections.Counter()
         self.engine = self.start()
 
@@ -115,6 +131,15 @@ class Trials:
             e.request({"type": "close", "session": "s"}, "closed")
             e.send({"type": "open", "session": "s"})
             time.sleep(rng.uniform(0, 0.03))
+        elif scenario in ("regenerate", "edit"):  # F4's edit: undo, and at once a new message
+            self.turn(f"trial {n}: to be edited", max_tokens=16)
+            if scenario == "regenerate":
+                e.send({"type": "regenerate", "session": "s", "max_tokens": 200})
+            else:
+                e.send({"type": "undo", "session": "s"})
+                e.send({"type": "turn", "session": "s", "text": f"trial {n}: edited",
+                        "max_tokens": 200})
+            time.sleep(rng.uniform(0, 0.08))
         else:  # another program appends a user line, as `channel send` does; it is answered
             sender = StreamLog(self.stream_path)
             sender.read()  # its ids follow the stream's
@@ -134,6 +159,10 @@ class Trials:
                 read_snapshot(snapshot).mapping.close()
             except SnapshotError:
                 self.figures["corrupt snapshots"] += 1
+        report = self.verify(self.data) if self.stream_path.exists() else None
+        if report is not None and not report.ok:
+            self.figures["warm differs from cold"] += 1
+            self.drift.append(f"trial {n} ({scenario}): {report.problems}")
         self.engine = self.start()
         end = self.turn(f"trial {n}: the next turn")
         self.figures["next turns that worked"] += end["type"] == "end_of_turn"
@@ -157,5 +186,6 @@ def test_sigkill_at_random_points_loses_nothing(crash_model, tmp_path, pytestcon
     print(f"\ncrash trials: {trials} (seed {seed}, {time.monotonic() - t0:.0f} s): {figures}; "
           f"cold boots by reason: {dict(run.cold_reasons)}")
     assert figures["lost messages"] == 0 and figures["corrupt snapshots"] == 0
+    assert figures["warm differs from cold"] == 0, run.drift
     assert figures["next turns that worked"] == trials
     assert figures.get("warm boots", 0) + figures.get("cold boots", 0) == trials + 1

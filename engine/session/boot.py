@@ -73,6 +73,7 @@ def cold(session: Session, events: list[StreamEvent], reason: str,
     replayed, skipped = replay(conv, session.transcript, kept, progress, first_is_system=True)
     replay_ms = (time.perf_counter() - t0) * 1e3
     session.last_event_id = events[-1].id if events else None
+    session.skipped_tokens = skipped
     session.unusable = None
     return BootReport(kind="cold", reason=reason, replay_ms=replay_ms,
                       replayed_events=len(kept), replayed_tokens=replayed,
@@ -98,6 +99,9 @@ def warm(session: Session, read: StreamRead, progress: ReplayProgress | None) ->
                                first_is_system=False)
     replay_ms = (time.perf_counter() - t0) * 1e3
     session.last_event_id = events[-1].id  # withdrawn or not: the last event it includes
+    earlier = report.session.get("skipped_tokens", 0)  # 0 in snapshots older than the field
+    session.skipped_tokens = skipped + (earlier if isinstance(earlier, int) and earlier > 0
+                                        else 0)
     session.unusable = None
     return BootReport(
         kind="warm", reason="snapshot valid", restore_ms=report.restore_ms,

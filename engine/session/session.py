@@ -71,6 +71,10 @@ class Session:
         self.unusable: str | None = None  # why the state cannot be trusted (reopen it)
         self.stream_offset = 0  # bytes of the stream that boot consumed
         self.last_turn: LastTurn | None = None  # what an undo can roll back to
+        # Tokens of the stream this state never took in: a replay capped at a ring's worth
+        # leaves the oldest out (replay.py), so the clock counts that many fewer. Saved with
+        # the snapshot, so that a warm state can still be checked against a cold replay.
+        self.skipped_tokens = 0
         self.stop_ids = model.tokenizer.end_of_generation_ids  # llama.cpp's EOG set
 
     # -- boot and restore -------------------------------------------------------------------
@@ -260,7 +264,8 @@ class Session:
         self.check_usable()
         if self.last_event_id is None:
             raise StreamError("nothing to save: the session has no stream events")
-        info = {"awaiting_reply": awaiting_reply, "session": self.name}
+        info = {"awaiting_reply": awaiting_reply, "session": self.name,
+                "skipped_tokens": self.skipped_tokens}
         return self.snapshots.save(self.last_event_id, info, wait=wait, on_done=on_done)
 
     def check_usable(self) -> None:

@@ -47,7 +47,7 @@ class VerifyReport:
     warm_clock: int = 0
     cold_clock: int = 0
     skipped_tokens: int = 0  # what the cold replay left out at the front (a capped replay)
-    warm_skipped: int = 0  # what the warm boot's replay past the snapshot left out
+    warm_skipped: int = 0  # what the warm state's replays left out, since its last cold one
     compared_slots: int = 0  # slots compared one by one (0: eviction made that impossible)
     max_rel_diff: float = 0.0
     problems: list[str] = field(default_factory=list)
@@ -79,10 +79,10 @@ def verify_session(model: Model, data_dir: Path, name: str, policy: RingPolicy |
         warm = Session(model, Path(scratch), name, policy, backend)
         warm_report = warm.boot()
         cold = Session(model, Path(scratch), name, policy, backend)
-        cold_report = cold.boot(cold=True)
+        cold.boot(cold=True)
         report = VerifyReport(name, warm_report.kind, warm_report.reason,
                               warm.conversation.ring.clock, cold.conversation.ring.clock,
-                              cold_report.skipped_tokens, warm_report.skipped_tokens)
+                              cold.skipped_tokens, warm.skipped_tokens)
         compare(warm, cold, report)
     return report
 
@@ -90,11 +90,13 @@ def verify_session(model: Model, data_dir: Path, name: str, policy: RingPolicy |
 def compare(warm: Session, cold: Session, report: VerifyReport) -> None:
     """Fill `report.problems` with every way the warm session differs from the cold one."""
     problems = report.problems
-    warm_total = report.warm_clock + report.warm_skipped
-    if warm_total != report.cold_clock + report.skipped_tokens:
-        problems.append(f"clock {warm_total} warm, {report.cold_clock} cold"
-                        + (f" + {report.skipped_tokens} skipped" if report.skipped_tokens
-                           else ""))
+
+    def counted(clock: int, skipped: int) -> str:
+        return f"{clock}" + (f" + {skipped} skipped" if skipped else "")
+
+    if report.warm_clock + report.warm_skipped != report.cold_clock + report.skipped_tokens:
+        problems.append(f"clock {counted(report.warm_clock, report.warm_skipped)} warm, "
+                        f"{counted(report.cold_clock, report.skipped_tokens)} cold")
     if warm.transcript.messages != cold.transcript.messages:
         problems.append(f"transcript: {len(warm.transcript.messages)} messages warm, "
                         f"{len(cold.transcript.messages)} cold, or they differ")
