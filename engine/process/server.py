@@ -18,13 +18,14 @@ from pathlib import Path
 from ..allocs import rss_mb
 from ..backends.numpy.backend import NumpyBackend
 from ..backends.select import Choice, Placement
-from ..errors import ChannelError
+from ..errors import ChannelError, SessionBusyError
 from ..model.model import Model
 from ..session.replay import is_withdrawal
 from ..session.session import Session, TurnResult
 from ..session.turns import PendingTurn
 from ..state.sampler import SamplingSettings
 from .edits import TurnEdits
+from .events import SESSION_BUSY
 from .protocol import PROTOCOL_VERSION, Limits, ProtocolError, Request, parse_request
 from .runtime import SessionRuntime, boot_fields, ring_size_fields, ring_summary, transcript_fields
 from .session_models import SessionModels
@@ -205,7 +206,11 @@ class EngineServer(TurnEdits, SnapshotRequests):
                 raise BootAbandoned  # a long cold replay must not hold up a shutdown
 
         try:
-            report = session.boot(cold=bool(request.args.get("cold")), progress=progress)
+            # One writer per session: refused while another Channel has it open.
+            report = session.open(cold=bool(request.args.get("cold")), progress=progress)
+        except SessionBusyError as exc:
+            self._error(request, SESSION_BUSY, str(exc))
+            return
         except BootAbandoned:
             # Never registered, so never flushed: a half-replayed ring is not saved.
             self._error(request, "shutting_down", f"opening {name!r} abandoned: shutting down")
@@ -291,6 +296,7 @@ class EngineServer(TurnEdits, SnapshotRequests):
         runtime = self._runtime(request)
         self._flush(runtime, request.id)
         del self.sessions[runtime.name]
+        runtime.session.close()  # another Channel may open it now
         self.models.release(runtime.name)
         self.emit({"type": "closed", "req": request.id, "session": runtime.name})
 
@@ -328,6 +334,7 @@ class EngineServer(TurnEdits, SnapshotRequests):
                 log.exception("flush of %s failed", runtime.name)
                 self._snapshot_event(runtime, request_id,
                                      {"status": "failed", "error": _one_line(exc)})
+            runtime.session.close()  # before `bye`: a Channel started at once may open it
         self.emit({"type": "bye", "req": request_id, "reason": reason})
 
     def _emit_ring(self, runtime: SessionRuntime, request_id) -> None:
