@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from engine.process.events import SESSION_BUSY
+from engine.process.protocol import SESSION_BUSY
 
 from .. import format as fmt
 
@@ -83,9 +83,7 @@ class ChatAnswers:
     async def _open_failed(self, event: Error) -> None:
         message = event.get("message", "unknown error")
         if event.get("code") == SESSION_BUSY:  # another Channel has it: offer a way on
-            from .session_busy import session_busy_flow
-
-            session_busy_flow(self, message)
+            self.session_busy(message)
             return
         await self.show_fatal(f"Could not open session {self.session!r}: {message}")
 

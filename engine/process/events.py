@@ -101,11 +101,6 @@ class Error(Event, total=False):
     fatal: bool
 
 
-# `open`'s refusal while another Channel has the session open (docs/protocol.md): a front end
-# offers a fork or another session instead.
-SESSION_BUSY = "session_busy"
-
-
 EVENT_TYPES = frozenset({
     "ready", "hello", "progress", "booted", "restored", "replay_progress", "turn_started",
     "token", "end_of_turn", "ring", "snapshot", "stream_event", "warning", "stats",

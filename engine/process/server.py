@@ -25,8 +25,14 @@ from ..session.session import Session, TurnResult
 from ..session.turns import PendingTurn
 from ..state.sampler import SamplingSettings
 from .edits import TurnEdits
-from .events import SESSION_BUSY
-from .protocol import PROTOCOL_VERSION, Limits, ProtocolError, Request, parse_request
+from .protocol import (
+    PROTOCOL_VERSION,
+    SESSION_BUSY,
+    Limits,
+    ProtocolError,
+    Request,
+    parse_request,
+)
 from .runtime import SessionRuntime, boot_fields, ring_size_fields, ring_summary, transcript_fields
 from .session_models import SessionModels
 from .snapshots import SnapshotRequests
