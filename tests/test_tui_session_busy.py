@@ -5,6 +5,10 @@ engine holding the session."""
 
 from __future__ import annotations
 
+import shutil
+
+import pytest
+
 from channel_tui.app import ChannelApp
 from channel_tui.options import AppOptions
 from channel_tui.screens.new_session import NewSessionScreen
@@ -12,6 +16,7 @@ from channel_tui.screens.session_busy import SessionBusyScreen
 from channel_tui.screens.sessions import SessionListScreen
 
 from .fake_engine import HOLDER_PID
+from .test_tui_e2e import CHANNEL, Tmux, _quote
 from .test_tui_snapshots import SIZE, fake_app, until
 
 REFUSAL = f"session 'default' is open in another Channel (pid {HOLDER_PID})"
@@ -82,3 +87,26 @@ async def test_a_session_a_real_engine_holds_is_forked_from_the_app(engine, tmp_
     end = holder.request({"type": "turn", "session": "default", "text": "still mine",
                           "max_tokens": 4}, "end_of_turn")
     assert end["type"] == "end_of_turn"
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_two_apps_on_one_session_in_real_terminals(tmp_path, tiny_gguf, tiny_cache) -> None:
+    """The second app is refused in one line; quitting there says it again on the terminal."""
+    app = (f"{_quote(str(CHANNEL))} --data-dir {_quote(str(tmp_path / 'data'))} "
+           f"--cache-dir {_quote(str(tiny_cache))} --model {_quote(str(tiny_gguf))}")
+    first = Tmux(["sh", "-c", app])
+    second = None
+    try:
+        first.wait_for("Cold boot (no snapshot)", timeout=60)
+        second = Tmux(["sh", "-c", f"{app}; echo exit status $?; sleep 60"])
+        second.wait_for("Session in use", timeout=60)
+        assert "session 'default' is open in another Channel (pid" in second.screen()
+        second.keys("q")
+        screen = second.wait_for("exit status 2", timeout=60)
+        assert "channel: error: session 'default' is open in another Channel (pid" in screen
+        assert "Traceback" not in screen
+        assert first.alive() and "Cold boot (no snapshot)" in first.screen()
+    finally:
+        first.kill()
+        if second is not None:
+            second.kill()
