@@ -21,12 +21,13 @@ from channel_cli.cli_args import (
     session_data_dir,
     use_session_model,
 )
-from engine.errors import ChannelError
+from engine.errors import ChannelError, SessionBusyError
 from engine.paths import SessionFiles
 from engine.process.protocol import Limits, message_problem
 
 
 def chat(args: argparse.Namespace) -> int:
+    from engine.session.owner import acquire_session
     from engine.session.session import Session
     from engine.state.sampler import SamplingSettings
 
@@ -40,11 +41,27 @@ def chat(args: argparse.Namespace) -> int:
 
     name = check_session_name(opt(args, "session", "default"))
     directory = session_data_dir(args)
-    use_session_model(args, name)
-    backend, model = backend_and_model(args)
-    session = Session(model, directory, name, backend=backend)
-    boot = session.boot(cold=bool(opt(args, "cold", False)))
-    remember_model(args, name, model)
+    try:  # one writer per session; asked before the model loads, so refused at once
+        owner = acquire_session(directory, name)
+    except SessionBusyError as exc:
+        raise SessionBusyError(exc.session, exc.pid, "use channel send to add to it") \
+            from None
+    session = None
+    try:
+        use_session_model(args, name)
+        backend, model = backend_and_model(args)
+        session = Session(model, directory, name, backend=backend)
+        boot = session.open(cold=bool(opt(args, "cold", False)), owner=owner)
+        return _chat_turn(args, session, boot, settings, model, backend)
+    finally:
+        if session is not None:
+            session.close()
+        owner.release()
+
+
+def _chat_turn(args: argparse.Namespace, session, boot, settings, model, backend) -> int:
+    """The turn of `chat`, on a session it holds."""
+    remember_model(args, session.name, model)
     for warning in boot.warnings:
         print(f"channel: warning: {warning}", file=sys.stderr)
     if not args.json:

@@ -52,3 +52,15 @@ class StreamError(ChannelError):
 class UnusableFileError(ChannelError):
     """A file the engine must open is not a regular file it may use: a directory, a symbolic
     link (never followed), a FIFO, or unreadable. The message names the file and why."""
+
+
+class SessionBusyError(ChannelError):
+    """Another Channel holds the session open: a session has one writer at a time
+    (engine/session/owner.py). `pid` is the holder's process id, None if it is not known."""
+
+    def __init__(self, session: str, pid: int | None, hint: str | None = None):
+        holder = f" (pid {pid})" if pid is not None else ""
+        then = f"; {hint}" if hint else ""
+        super().__init__(f"session {session!r} is open in another Channel{holder}{then}")
+        self.session = session
+        self.pid = pid

@@ -26,7 +26,8 @@ SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 STREAM_SUFFIX = ".stream.jsonl"  # the transcript and write-ahead log
 SNAPSHOT_SUFFIX = ".snapshot.bin"  # the working state
 MODEL_RECORD_SUFFIX = ".model.json"  # which model the session runs on
-SESSION_SUFFIXES = (STREAM_SUFFIX, SNAPSHOT_SUFFIX, MODEL_RECORD_SUFFIX)
+LOCK_SUFFIX = ".lock"  # held by the one Channel that has the session open (its pid inside)
+SESSION_SUFFIXES = (STREAM_SUFFIX, SNAPSHOT_SUFFIX, MODEL_RECORD_SUFFIX, LOCK_SUFFIX)
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,10 @@ class SessionFiles:
     @property
     def model_record(self) -> Path:
         return self.data_dir / f"{self.name}{MODEL_RECORD_SUFFIX}"
+
+    @property
+    def lock(self) -> Path:
+        return self.data_dir / f"{self.name}{LOCK_SUFFIX}"
 
 
 def session_name_problem(name: str) -> str | None:

@@ -3,7 +3,8 @@
 Only for the TUI's SVG snapshot tests: every timing, id and ring cell is constant, so the
 screenshots are deterministic. The real engine is used by every behavioural test.
 
-Usage: python tests/fake_engine.py --data-dir D [--cold-boot] (other engine options ignored).
+Usage: python tests/fake_engine.py --data-dir D [--cold-boot] [--busy SESSION] (other engine
+options ignored). --busy refuses to open SESSION, as when another Channel holds it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ TRANSCRIPT = [
      "content": "Use **slicing** or the `reverse()` method:\n\n```python\nitems = [1, 2, 3]\n"
                 "items.reverse()\n```", "stop": "eot"},
 ]
+HOLDER_PID = 4242  # the pid a --busy refusal names
 REPLY = ["The ", "ring ", "keeps ", "the ", "**working ", "memory**", " warm."]
 
 
@@ -54,9 +56,10 @@ def turn_slots(turns: list[list[int]]) -> list[int]:
 
 
 class Fake:
-    def __init__(self, data_dir: str, cold: bool) -> None:
+    def __init__(self, data_dir: str, cold: bool, busy: str | None = None) -> None:
         self.data_dir = data_dir
         self.cold = cold
+        self.busy = busy
         self.active = 300
         # [tokens, kept] per turn: the transcript's first turn lost 40 slots to eviction.
         self.turns = [[140, 100]]
@@ -97,6 +100,14 @@ class Fake:
         kind, req, session = request.get("type"), request.get("id"), request.get("session")
         if kind == "hello":
             self.emit(self.hello("hello", req))
+        elif kind == "open" and session == self.busy:
+            self.emit({"type": "error", "req": req, "session": session, "code": "session_busy",
+                       "message": f"session {session!r} is open in another Channel "
+                                  f"(pid {HOLDER_PID})"})
+        elif kind == "fork":
+            self.emit({"type": "forked", "req": req, "session": session,
+                       "new": request.get("new"), "events": len(TRANSCRIPT),
+                       "snapshot_bytes": 6_912_000})
         elif kind == "open":
             self.emit({"type": "booted", "req": req, "session": session, **self.boot_fields(),
                        "transcript": TRANSCRIPT})
@@ -144,8 +155,9 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--data-dir", default="/tmp/channel-fake")
     parser.add_argument("--cold-boot", action="store_true")
+    parser.add_argument("--busy", default=None)
     args, _unknown = parser.parse_known_args()
-    fake = Fake(args.data_dir, args.cold_boot)
+    fake = Fake(args.data_dir, args.cold_boot, args.busy)
     fake.emit(fake.hello("ready"))
     for line in sys.stdin:
         if line.strip() and not fake.handle(json.loads(line)):

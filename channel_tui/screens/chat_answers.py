@@ -22,6 +22,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from engine.process.protocol import SESSION_BUSY
+
 from .. import format as fmt
 
 if TYPE_CHECKING:
@@ -80,6 +82,9 @@ class ChatAnswers:
 
     async def _open_failed(self, event: Error) -> None:
         message = event.get("message", "unknown error")
+        if event.get("code") == SESSION_BUSY:  # another Channel has it: offer a way on
+            self.session_busy(message)
+            return
         await self.show_fatal(f"Could not open session {self.session!r}: {message}")
 
     # -- turn and regenerate: an error ends the reply in flight ------------------------------

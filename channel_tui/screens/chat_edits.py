@@ -4,7 +4,8 @@ copying a reply (a mixin of ChatScreen).
 Undo and regenerate ask the engine to roll its ring back (nothing is re-read); the engine
 answers `undone` with the edited transcript, which the screen redraws, and a regenerate then
 streams its new reply like any turn. Edit is undo with the message put back in the prompt.
-Fork asks for a name, has the engine copy the session, and switches to the copy.
+Fork asks for a name, has the engine copy the session, and switches to the copy; a session
+another Channel has open is refused, and a fork of it offered (session_busy.py).
 """
 
 from __future__ import annotations
@@ -84,6 +85,12 @@ class ChatEdits:
     def _fork_as(self, name: str | None) -> None:
         if name:
             self.send("fork", session=self.session, new=name)
+
+    def session_busy(self, message: str) -> None:
+        """Another Channel has this session open: offer its fork, or another session."""
+        from .session_busy import session_busy_flow
+
+        session_busy_flow(self, message)
 
     # -- their answers (called from ChatEvents' table) -------------------------------------
     async def handle_undone(self, event: Undone) -> None:

@@ -36,6 +36,9 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 << 10
 MAX_NAME_BYTES = 256  # a string id or a client name
 MAX_PATH_BYTES = 4096  # an `open` request's model path (PATH_MAX)
 MAX_INT_ID = (1 << 63) - 1
+# The `error` code of an `open` refused while another Channel has the session open: a front
+# end offers a fork or another session instead (docs/protocol.md, "One writer per session").
+SESSION_BUSY = "session_busy"
 
 
 @dataclass(frozen=True)

@@ -18,14 +18,21 @@ from pathlib import Path
 from ..allocs import rss_mb
 from ..backends.numpy.backend import NumpyBackend
 from ..backends.select import Choice, Placement
-from ..errors import ChannelError
+from ..errors import ChannelError, SessionBusyError
 from ..model.model import Model
 from ..session.replay import is_withdrawal
 from ..session.session import Session, TurnResult
 from ..session.turns import PendingTurn
 from ..state.sampler import SamplingSettings
 from .edits import TurnEdits
-from .protocol import PROTOCOL_VERSION, Limits, ProtocolError, Request, parse_request
+from .protocol import (
+    PROTOCOL_VERSION,
+    SESSION_BUSY,
+    Limits,
+    ProtocolError,
+    Request,
+    parse_request,
+)
 from .runtime import SessionRuntime, boot_fields, ring_size_fields, ring_summary, transcript_fields
 from .session_models import SessionModels
 from .snapshots import SnapshotRequests
@@ -205,7 +212,11 @@ class EngineServer(TurnEdits, SnapshotRequests):
                 raise BootAbandoned  # a long cold replay must not hold up a shutdown
 
         try:
-            report = session.boot(cold=bool(request.args.get("cold")), progress=progress)
+            # One writer per session: refused while another Channel has it open.
+            report = session.open(cold=bool(request.args.get("cold")), progress=progress)
+        except SessionBusyError as exc:
+            self._error(request, SESSION_BUSY, str(exc))
+            return
         except BootAbandoned:
             # Never registered, so never flushed: a half-replayed ring is not saved.
             self._error(request, "shutting_down", f"opening {name!r} abandoned: shutting down")
@@ -226,6 +237,9 @@ class EngineServer(TurnEdits, SnapshotRequests):
 
     def _on_turn(self, request: Request) -> None:
         runtime = self._runtime(request)
+        # Messages other programs queued are answered first, in the stream's order: the
+        # ring then takes every message in the order a replay would.
+        self._poll(runtime.name)
         # Everything about the request was checked when it was parsed; the template renders
         # the message before it is logged, so a failure here leaves no trace in the stream.
         pending = runtime.session.begin_turn(request.args["text"], request.args.get("max_tokens"))
@@ -292,6 +306,7 @@ class EngineServer(TurnEdits, SnapshotRequests):
         runtime = self._runtime(request)
         self._flush(runtime, request.id)
         del self.sessions[runtime.name]
+        runtime.session.close()  # another Channel may open it now
         self.models.release(runtime.name)
         self.emit({"type": "closed", "req": request.id, "session": runtime.name})
 
@@ -306,20 +321,37 @@ class EngineServer(TurnEdits, SnapshotRequests):
         runtime.stream_offset = read.end_offset
         for warning in read.warnings:
             self.emit({"type": "warning", "session": name, "message": warning})
-        for event in read.events:
-            if event.id in session.stream.own_ids:
-                session.stream.own_ids.discard(event.id)
+        for i, event in enumerate(read.events):
+            if not self._announce(runtime, event):
                 continue
-            self.emit({"type": "stream_event", "session": name, "id": event.id,
-                       "role": event.role, "content": event.content, "ts": event.ts})
             if event.role == "user" and not self.stopping.is_set():
                 self._answer(runtime, None, session.begin_external(event))
-            elif is_withdrawal(event):  # another program took a message back out
+            elif is_withdrawal(event) or session.behind_anchor(event):
+                # Another program took a message back out, or wrote a line before our own
+                # latest: rebuild from the snapshot and the whole stream, in ring order
+                # (that takes in the rest of this batch too), then answer what waits.
+                for later in read.events[i + 1 :]:
+                    self._announce(runtime, later)
                 session.rebuild()
+                runtime.stream_offset = session.stream_offset
                 self._emit_ring(runtime, None)
+                pending = session.begin_pending()
+                if pending is not None and not self.stopping.is_set():
+                    self._answer(runtime, None, pending)
+                return
             else:
                 session.ingest_event(event)
                 self._emit_ring(runtime, None)
+
+    def _announce(self, runtime: SessionRuntime, event) -> bool:
+        """Tell front ends of a line another program appended; False for one of our own."""
+        own = runtime.session.stream.own_ids
+        if event.id in own:
+            own.discard(event.id)
+            return False
+        self.emit({"type": "stream_event", "session": runtime.name, "id": event.id,
+                   "role": event.role, "content": event.content, "ts": event.ts})
+        return True
 
     def _shutdown(self, request_id, reason: str) -> None:
         for runtime in list(self.sessions.values()):
@@ -329,6 +361,7 @@ class EngineServer(TurnEdits, SnapshotRequests):
                 log.exception("flush of %s failed", runtime.name)
                 self._snapshot_event(runtime, request_id,
                                      {"status": "failed", "error": _one_line(exc)})
+            runtime.session.close()  # before `bye`: a Channel started at once may open it
         self.emit({"type": "bye", "req": request_id, "reason": reason})
 
     def _emit_ring(self, runtime: SessionRuntime, request_id) -> None:

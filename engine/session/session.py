@@ -1,5 +1,9 @@
 """A named session: its stream log, transcript, conversation state and snapshot, in step.
 
+A session has one writer: `open` takes its lock (owner.py) before booting it, and `close`
+gives the lock back; a second opener is refused. `boot` alone takes no lock, for programs
+that only read a session (the boot comparison, benchmarks, tests).
+
 Boot is warm when `NAME.snapshot.bin` validates and the stream agrees with it, else cold,
 with the reason (boot.py).
 
@@ -17,6 +21,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ulid import ULID
+
 from ..backends.base import Backend
 from ..conversation import Conversation, StopCheck
 from ..errors import StreamError
@@ -27,6 +33,7 @@ from ..state.ring_policy import RingPolicy
 from ..state.sampler import SamplingSettings
 from . import boot as booting
 from .boot import BootReport, StreamOrderError
+from .owner import SessionLock, acquire_session
 from .replay import IN_REPLY_TO, WITHDRAWS, ReplayProgress, taken_in, withdrawn_ids
 from .stream import StreamEvent, StreamLog, StreamRead
 from .transcript import Transcript
@@ -76,6 +83,32 @@ class Session:
         # the snapshot, so that a warm state can still be checked against a cold replay.
         self.skipped_tokens = 0
         self.stop_ids = model.tokenizer.end_of_generation_ids  # llama.cpp's EOG set
+        self.owner: SessionLock | None = None  # held from `open` to `close`
+
+    # -- ownership --------------------------------------------------------------------------
+    def open(self, cold: bool = False, progress: ReplayProgress | None = None,
+             owner: SessionLock | None = None) -> BootReport:
+        """Take the session's lock (or hold `owner`, taken before, say, a model loads),
+        then boot; the lock is held until `close`. Raises SessionBusyError, changing
+        nothing, when another Channel has the session open."""
+        if self.owner is None:
+            self.owner = owner or acquire_session(self.data_dir, self.name)
+        try:
+            return self.boot(cold, progress)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Give the session's lock back, once any snapshot being written has landed (the
+        next owner must not boot from a file this one is still replacing)."""
+        if self.owner is None:
+            return
+        try:
+            self.snapshots.wait()
+        finally:
+            self.owner.release()
+            self.owner = None
 
     # -- boot and restore -------------------------------------------------------------------
     def boot(self, cold: bool = False, progress: ReplayProgress | None = None) -> BootReport:
@@ -110,7 +143,15 @@ class Session:
     def rebuild(self) -> BootReport:
         """Rebuild the working state from the snapshot and the stream (cold if it must)."""
         self.last_turn = None
-        return booting.load(self, self.stream.read(), None, None)
+        read = self.stream.read()
+        self.stream_offset = read.end_offset
+        return booting.load(self, read, None, None)
+
+    def behind_anchor(self, event: StreamEvent) -> bool:
+        """`event` comes before the last event the state includes: another program's line
+        this process takes in only now. Fed now, the ring would hold it after lines the
+        stream has after it (replay.py's ring order); a rebuild feeds it in its place."""
+        return self.last_event_id is not None and event.id < self.last_event_id
 
     # -- turns ------------------------------------------------------------------------------
     def begin_turn(self, text: str, max_tokens: int | None = None) -> PendingTurn:
@@ -175,7 +216,7 @@ class Session:
         long = len(turn.prompt) > self.conversation.policy.prefill_chunk
         if long:
             self._checkpoint(turn.awaiting_before)
-        self.last_event_id = turn.event.id
+        self._advance_anchor(turn.event.id)
         before = TurnPoint(self.conversation.ring.mark(), turn.transcript_before)
         self.conversation.ring.mark_turn_start()
         t0 = time.perf_counter()
@@ -250,8 +291,17 @@ class Session:
         tokens = self.transcript.event_tokens(event, generation_prompt=False)
         if tokens:
             self.conversation.ingest(tokens)
-        self.last_event_id = event.id
+        self._advance_anchor(event.id)
         return len(tokens)
+
+    def _advance_anchor(self, event_id: str) -> None:
+        """Make `event_id` the last stream event the state includes, unless a later one is
+        already. An event picked up late (another program's, appended before our own
+        latest) must not move the anchor back: a warm boot would feed the events after it,
+        which the state holds already, a second time. Ids increase in file order."""
+        if self.last_event_id is None or \
+                int(ULID.from_str(event_id)) > int(ULID.from_str(self.last_event_id)):
+            self.last_event_id = event_id
 
     # -- saves ------------------------------------------------------------------------------
     def save(self, wait: bool = True,
