@@ -54,3 +54,38 @@ def test_defect8_chat_send_and_fork_make_the_data_directory_private(tmp_path, ti
                      "fork": ["fork", "src", "copy"]}[command])
     assert stat.S_IMODE(data.stat().st_mode) == 0o700
     assert "made private (0700)" in done.stderr
+
+
+# A child that appends one event under a file size limit just above the stream's size: the
+# kernel writes what fits and refuses the rest (EFBIG), as a full disk does (ENOSPC).
+APPEND_UNDER_A_SIZE_LIMIT = """
+import resource, signal, sys
+from pathlib import Path
+from engine.errors import StreamError
+from engine.session.stream import StreamLog
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of death at the limit
+path = Path(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (path.stat().st_size + 100, resource.RLIM_INFINITY))
+try:
+    StreamLog(path).append("user", "x" * 2000)
+except StreamError as exc:
+    print(exc)
+"""
+
+
+def test_defect7_a_failed_append_leaves_no_torn_fragment(tmp_path) -> None:
+    """A write cut short by a full disk left a fragment (1033 bytes) that every later read
+    warned about; the append now truncates the stream back to its size before the write."""
+    from engine.session.stream import StreamLog
+
+    log = StreamLog(tmp_path / "s.stream.jsonl")
+    log.append("user", "kept")
+    before = log.path.read_bytes()
+    done = subprocess.run([sys.executable, "-c", APPEND_UNDER_A_SIZE_LIMIT, str(log.path)],
+                          capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert done.returncode == 0, done.stderr
+    [message] = done.stdout.splitlines()
+    assert message.startswith(f"cannot append to {log.path}: File too large")
+    assert log.path.read_bytes() == before
+    read = StreamLog(log.path).read()
+    assert [e.content for e in read.events] == ["kept"] and read.warnings == []
