@@ -89,3 +89,91 @@ def test_defect7_a_failed_append_leaves_no_torn_fragment(tmp_path) -> None:
     assert log.path.read_bytes() == before
     read = StreamLog(log.path).read()
     assert [e.content for e in read.events] == ["kept"] and read.warnings == []
+
+
+def _engine(tmp_path: Path, gguf: Path, backend: str):
+    from engine.process.client import spawn
+
+    engine = spawn(tmp_path / "data", tmp_path / "cache", gguf,
+                   ["--backend", backend, "--debounce-s", "600"])
+    engine.wait_for("ready", timeout=120)
+    return engine
+
+
+def _backends() -> list:
+    from engine.backends.ggml.lib import available
+
+    problem = available()
+    return [pytest.param("ggml", marks=pytest.mark.skipif(
+        problem is not None, reason=f"ggml is not built here: {problem}")), "numpy"]
+
+
+@pytest.mark.parametrize("backend", _backends())
+def test_defect6_a_model_file_truncated_in_place_ends_the_turn_not_the_engine(
+        tmp_path, tiny_gguf, backend) -> None:
+    """A re-download into the model file truncates it in place; reading the mapping past its
+    new end raised SIGBUS and the engine died without a word. ggml maps the GGUF, numpy the
+    weight image in the cache: whichever is mapped is the file that must not kill it."""
+    import shutil
+
+    gguf = Path(shutil.copy(tiny_gguf, tmp_path / "model.gguf"))
+    engine = _engine(tmp_path, gguf, backend)
+    stream = tmp_path / "data" / "s.stream.jsonl"
+    snapshot = tmp_path / "data" / "s.snapshot.bin"
+    try:
+        engine.request({"type": "open", "session": "s"}, "booted")
+        assert engine.request({"type": "turn", "session": "s", "text": "hello",
+                               "max_tokens": 3}, "end_of_turn")["type"] == "end_of_turn"
+        assert engine.request({"type": "save", "session": "s"},
+                              "snapshot")["status"] == "saved"
+        kept = {path: path.read_bytes() for path in (stream, snapshot)}
+        mapped = gguf if backend == "ggml" else next((tmp_path / "cache").rglob("*.chwi"))
+        whole = mapped.read_bytes()
+        os.truncate(mapped, len(whole) // 2)  # in place: the same inode, shorter
+
+        error = engine.request({"type": "turn", "session": "s", "text": "and now?",
+                                "max_tokens": 3}, "end_of_turn")
+        assert error["type"] == "error" and error["code"] == "ModelFileChangedError"
+        assert "truncated while in use" in error["message"]
+        assert error["message"].endswith(str(mapped))
+        assert engine.request({"type": "stats"}, "stats")["sessions"]["s"]
+        assert engine.proc.poll() is None
+        assert {path: path.read_bytes() for path in kept} == kept  # nothing logged or saved
+        engine.send({"type": "shutdown"})
+        assert engine.close() == 0
+    finally:
+        if engine.proc.poll() is None:
+            engine.proc.kill()
+    mapped.write_bytes(whole)  # the download finished: the next engine runs on it
+    engine = _engine(tmp_path, gguf, backend)
+    try:
+        booted = engine.request({"type": "open", "session": "s"}, "booted")
+        assert [m["role"] for m in booted["transcript"]][-2:] == ["user", "assistant"]
+        assert engine.request({"type": "turn", "session": "s", "text": "and now?",
+                               "max_tokens": 3}, "end_of_turn")["type"] == "end_of_turn"
+    finally:
+        engine.send({"type": "shutdown"})
+        engine.close()
+
+
+def test_defect6_a_model_file_replaced_by_rename_runs_on_with_a_warning(tmp_path,
+                                                                        tiny_gguf) -> None:
+    """A file replaced by a rename leaves the old inode, and so the mapping, whole: the turn
+    runs on the model loaded, and the engine says once that the file changed on disk."""
+    import shutil
+
+    gguf = Path(shutil.copy(tiny_gguf, tmp_path / "model.gguf"))
+    engine = _engine(tmp_path, gguf, "auto")
+    try:
+        engine.request({"type": "open", "session": "s"}, "booted")
+        os.replace(shutil.copy(tiny_gguf, tmp_path / "download.part"), gguf)
+        for text in ("first", "second"):
+            end = engine.request({"type": "turn", "session": "s", "text": text,
+                                  "max_tokens": 3}, "end_of_turn")
+            assert end["type"] == "end_of_turn"
+        warnings = [e["message"] for e in engine.log if e["type"] == "warning"]
+        assert warnings == [f"model file changed on disk; this engine keeps running on the "
+                            f"model it loaded (restart Channel to load the file anew): {gguf}"]
+    finally:
+        engine.send({"type": "shutdown"})
+        engine.close()

@@ -66,10 +66,15 @@ class ModelFile:
 def fingerprint_file(path: Path) -> str:
     """xxh3-128 over the file's bytes: ~10 ms for the 98 MB default model."""
     with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:  # mmap refuses an empty file; its hash is b""'s
-            return xxhash.xxh3_128_hexdigest(b"")
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            return xxhash.xxh3_128_hexdigest(m)
+        return fingerprint_fd(f.fileno())
+
+
+def fingerprint_fd(fd: int) -> str:
+    """fingerprint_file of an open file."""
+    if os.fstat(fd).st_size == 0:  # mmap refuses an empty file; its hash is b""'s
+        return xxhash.xxh3_128_hexdigest(b"")
+    with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as m:
+        return xxhash.xxh3_128_hexdigest(m)
 
 
 def open_model(path: str | os.PathLike) -> ModelFile:
