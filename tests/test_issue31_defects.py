@@ -177,3 +177,77 @@ def test_defect6_a_model_file_replaced_by_rename_runs_on_with_a_warning(tmp_path
     finally:
         engine.send({"type": "shutdown"})
         engine.close()
+
+
+def _tiny_with_template(path: Path, template: str) -> Path:
+    from .tiny_model import MERGES, tiny_vocab, write_tiny_gguf
+
+    def tokenizer(w) -> int:
+        tokens, types = tiny_vocab()
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("smollm")
+        w.add_token_list(tokens)
+        w.add_token_types(types)
+        w.add_token_merges(MERGES)
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+        w.add_chat_template(template)
+        return len(tokens)
+
+    return write_tiny_gguf(path, tokenizer=tokenizer)
+
+
+# Refuses a system message, as some templates do: supported, since a conversation without
+# one renders.
+NO_SYSTEM_TEMPLATE = (
+    "{% for m in messages %}{% if m['role'] == 'system' %}"
+    "{{ raise_exception('no system messages') }}{% endif %}"
+    "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def test_defect9_channel_models_lists_truncated_files_and_broken_templates_as_unusable(
+        tmp_path, tiny_gguf) -> None:
+    """A GGUF cut off mid-download (3 MB of 98) and a template that fails on every render
+    were listed as supported; each now says why it cannot run, in one line."""
+    import shutil
+
+    models = tmp_path / "home" / "models"
+    models.mkdir(parents=True)
+    whole = Path(shutil.copy(tiny_gguf, models / "whole.gguf"))
+    cut = Path(shutil.copy(tiny_gguf, models / "cut.gguf"))
+    os.truncate(cut, cut.stat().st_size // 3)
+    _tiny_with_template(models / "broken-template.gguf", "{{ messages[0]['content'].no() }}")
+    _tiny_with_template(models / "no-system.gguf", NO_SYSTEM_TEMPLATE)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("HF_", "HUGGINGFACE_", "XDG_", "OLLAMA_", "CHANNEL_"))}
+    done = subprocess.run([sys.executable, "-m", "channel_cli.cli", "models", "--json"],
+                          env={**env, "HOME": str(tmp_path / "home")}, capture_output=True,
+                          text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr
+    rows = {Path(row["path"]).name: row for row in map(json.loads, done.stdout.splitlines())}
+    assert rows["whole.gguf"]["supported"] and rows["no-system.gguf"]["supported"]
+    assert not rows["cut.gguf"]["supported"]
+    assert rows["cut.gguf"]["status"] == (
+        f"file truncated: its tensor data ends at byte {whole.stat().st_size:,}, the file "
+        f"has {cut.stat().st_size:,} (an interrupted download?)")
+    assert not rows["broken-template.gguf"]["supported"]
+    assert rows["broken-template.gguf"]["status"] == (
+        "chat template failed: 'str object' has no attribute 'no' (on every sample "
+        "conversation)")
+
+
+def test_defect9_loading_a_truncated_gguf_is_refused_naming_the_file(tmp_path,
+                                                                      tiny_gguf) -> None:
+    """gguf-py's own error was "corrupt GGUF file (cannot reshape array of size ...)"."""
+    import shutil
+
+    from engine.errors import TruncatedModelError
+    from engine.model.model import load_model
+
+    cut = Path(shutil.copy(tiny_gguf, tmp_path / "cut.gguf"))
+    os.truncate(cut, cut.stat().st_size // 3)
+    with pytest.raises(TruncatedModelError) as refused:
+        load_model(cut, tmp_path / "cache", f32_weights=False)
+    assert str(refused.value).startswith("model file truncated: its tensor data ends at byte")
+    assert str(refused.value).endswith(f"(an interrupted download?): {cut}")
