@@ -1,8 +1,9 @@
 """The model catalog: every GGUF on this machine, what it is, and whether Channel can run it.
 
 `scan` describes each file that catalog_sources.py finds from its header alone (gguf_header.py:
-about 12 ms for the shipped 98 MB model, whose 49k-entry vocabulary is stepped over), so a
-listing costs milliseconds per model whatever their size. Nothing is cached. The same file
+about 12 ms for the shipped 98 MB model, whose 49k-entry vocabulary is stepped over, and about
+as long again to compile and try its chat template), so a listing costs milliseconds per model
+whatever their size. Nothing is cached. The same file
 reached by two routes (an Ollama blob linked into ~/models, a hub snapshot link) is listed
 once, under the first route, with every Ollama name it has. A file that cannot be read is
 listed with the reason, like a model Channel does not support: a listing never fails.
