@@ -251,3 +251,30 @@ def test_defect9_loading_a_truncated_gguf_is_refused_naming_the_file(tmp_path,
         load_model(cut, tmp_path / "cache", f32_weights=False)
     assert str(refused.value).startswith("model file truncated: its tensor data ends at byte")
     assert str(refused.value).endswith(f"(an interrupted download?): {cut}")
+
+
+# Renders a user's message, then fails on the reply: the turn fails after its message is logged.
+NO_REPLY_TEMPLATE = (
+    "{% for m in messages %}{% if m['role'] == 'assistant' %}"
+    "{{ raise_exception('no replies') }}{% endif %}"
+    "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def test_minor_channel_chat_says_a_turn_failed_after_logging_in_one_line(tmp_path) -> None:
+    """The session logs the failure with its traceback; with no log handler in `channel chat`,
+    logging's last resort printed that traceback above the one-line error."""
+    gguf = _tiny_with_template(tmp_path / "no-reply.gguf", NO_REPLY_TEMPLATE)
+    done = subprocess.run(
+        [sys.executable, "-m", "channel_cli.cli", "chat", "--model", str(gguf), "--max-tokens",
+         "2", "--data-dir", str(tmp_path / "data"), "--cache-dir", str(tmp_path / "cache"),
+         "hello"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error" in line]
+    assert errors == ["channel: error: chat template failed: no replies"]
+    # The message stays in the stream, withdrawn: the next boot does not answer it.
+    records = [json.loads(line) for line in
+               (tmp_path / "data" / "default.stream.jsonl").read_text().splitlines()]
+    assert [r["role"] for r in records] == ["user", "assistant"]
+    assert records[1]["stop"] == "error"
