@@ -278,3 +278,42 @@ def test_minor_channel_chat_says_a_turn_failed_after_logging_in_one_line(tmp_pat
                (tmp_path / "data" / "default.stream.jsonl").read_text().splitlines()]
     assert [r["role"] for r in records] == ["user", "assistant"]
     assert records[1]["stop"] == "error"
+
+
+def _permissions_apply() -> bool:
+    """Whether this process is refused a file in a directory it may not write (root, with
+    its usual capabilities, is not)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        os.chmod(scratch, 0o500)
+        try:
+            Path(scratch, "probe").touch()
+        except PermissionError:
+            return True
+        finally:
+            os.chmod(scratch, 0o700)
+    return False
+
+
+@pytest.mark.skipif(not _permissions_apply(),
+                    reason="this user (root) writes to a read-only directory anyway")
+def test_minor_a_fork_in_a_read_only_directory_is_a_named_one_line_error(engine,
+                                                                         tmp_path) -> None:
+    """The engine's fork error was the raw "[Errno 30] Read-only file system: ..." with the
+    code OSError."""
+    data = tmp_path / "data"
+    e = engine(data_dir=data)
+    e.request({"type": "open", "session": "a"}, "booted")
+    e.request({"type": "turn", "session": "a", "text": "hi", "max_tokens": 2}, "end_of_turn")
+    e.request({"type": "save", "session": "a"}, "snapshot")
+    before = sorted(p.name for p in data.iterdir())
+    os.chmod(data, 0o500)
+    try:
+        error = e.request({"type": "fork", "session": "a", "new": "b"}, "forked")
+    finally:
+        os.chmod(data, 0o700)
+    assert error["type"] == "error" and error["code"] == "ForkError"
+    assert error["message"] == f"cannot fork 'a' as 'b': {data} is read-only (permission denied)"
+    assert sorted(p.name for p in data.iterdir()) == before
+    assert e.request({"type": "fork", "session": "a", "new": "b"}, "forked")["events"] >= 2
