@@ -159,13 +159,19 @@ def test_defect6_a_model_file_truncated_in_place_ends_the_turn_not_the_engine(
 def test_defect6_a_model_file_replaced_by_rename_runs_on_with_a_warning(tmp_path,
                                                                         tiny_gguf) -> None:
     """A file replaced by a rename leaves the old inode, and so the mapping, whole: the turn
-    runs on the model loaded, and the engine says once that the file changed on disk."""
+    runs on the model loaded, and the engine says once that the file changed on disk. A file
+    only touched (a new mtime, the same bytes) is neither an error nor a warning."""
     import shutil
 
     gguf = Path(shutil.copy(tiny_gguf, tmp_path / "model.gguf"))
     engine = _engine(tmp_path, gguf, "auto")
     try:
         engine.request({"type": "open", "session": "s"}, "booted")
+        mtime = gguf.stat().st_mtime_ns + 10**9
+        os.utime(gguf, ns=(mtime, mtime))
+        assert engine.request({"type": "turn", "session": "s", "text": "touched",
+                               "max_tokens": 3}, "end_of_turn")["type"] == "end_of_turn"
+        assert not [e for e in engine.log if e["type"] == "warning"]
         os.replace(shutil.copy(tiny_gguf, tmp_path / "download.part"), gguf)
         for text in ("first", "second"):
             end = engine.request({"type": "turn", "session": "s", "text": text,

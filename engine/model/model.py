@@ -96,8 +96,9 @@ def load_model(path: str | Path | None = None, cache_dir: str | Path | None = No
     t0 = time.perf_counter()
     path = checked_model_path(path)
     # Taken before the fingerprint: a change while it is computed shows as a change later.
-    files = ModelFiles(path, FileIdentity.of(path.stat()))
+    identity = FileIdentity.of(path.stat())
     fingerprint = fingerprint_file(path)
+    files = ModelFiles(path, identity, fingerprint)
     timings["fingerprint_s"] = time.perf_counter() - t0
 
     parsed: ModelFile | None = None
