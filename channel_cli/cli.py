@@ -6,6 +6,7 @@ The subcommands' work is in commands.py; the options they share in cli_args.py.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,6 +21,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = getattr(args, "handler", commands.run_app)
+    if handler is not commands.run_app:  # the app's screen is no place for log lines
+        _say_engine_log_in_one_line()
     try:
         resolve_model_option(args)
         return handler(args)
@@ -30,6 +33,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return 130
+
+
+class _OneLineLog(logging.Handler):
+    """The engine's warnings, when it runs inside a command, as `channel: warning: ...`. A
+    record that carries an exception is left out: the exception reaches main, which says it
+    in one line (logging's last resort printed its traceback)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info is None:
+            print(f"channel: {record.levelname.lower()}: {record.getMessage()}",
+                  file=sys.stderr)
+
+
+def _say_engine_log_in_one_line() -> None:
+    logger = logging.getLogger("channel")
+    if not any(isinstance(h, _OneLineLog) for h in logger.handlers):
+        logger.addHandler(_OneLineLog(logging.WARNING))
 
 
 def build_parser() -> argparse.ArgumentParser:

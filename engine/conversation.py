@@ -62,6 +62,7 @@ class Conversation:
                on_hidden: HiddenCallback | None = None,
                should_stop: StopCheck | None = None) -> np.ndarray | None:
         """Prefill `tokens`; return the next-token logits, or None if stopped early."""
+        self.model.guard_files()  # a truncated mapping raises here, not SIGBUS in the pass
         logits = self.forward.prefill(tokens, anchors=anchors, on_hidden=on_hidden,
                                       should_stop=should_stop)
         if logits is not None:
@@ -93,6 +94,7 @@ class Conversation:
                 ids.append(token)
                 if on_token is not None:
                     on_token(token)
+                self.model.guard_files()  # a file truncated mid-reply: an error, not SIGBUS
                 self.last_logits = self.forward.decode_one_token(token)
                 if len(ids) >= max_tokens:
                     break

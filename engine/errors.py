@@ -29,6 +29,15 @@ class MissingTensorError(ModelError):
     pass
 
 
+class ModelFileChangedError(ModelError):
+    """A model file the engine reads through a mapping was truncated or rewritten in place
+    while in use: reading it on would read other bytes, or kill the process (SIGBUS)."""
+
+
+class TruncatedModelError(ModelError):
+    """The GGUF is shorter than its tensor table says (an interrupted download)."""
+
+
 class WeightImageError(ChannelError):
     """The cached weight image is missing, stale or damaged (it is rebuilt)."""
 

@@ -1,8 +1,9 @@
 """The model catalog: every GGUF on this machine, what it is, and whether Channel can run it.
 
 `scan` describes each file that catalog_sources.py finds from its header alone (gguf_header.py:
-about 12 ms for the shipped 98 MB model, whose 49k-entry vocabulary is stepped over), so a
-listing costs milliseconds per model whatever their size. Nothing is cached. The same file
+about 12 ms for the shipped 98 MB model, whose 49k-entry vocabulary is stepped over, and about
+as long again to compile and try its chat template), so a listing costs milliseconds per model
+whatever their size. Nothing is cached. The same file
 reached by two routes (an Ollama blob linked into ~/models, a hub snapshot link) is listed
 once, under the first route, with every Ollama name it has. A file that cannot be read is
 listed with the reason, like a model Channel does not support: a listing never fails.
@@ -22,7 +23,9 @@ from gguf import GGMLQuantizationType
 from ..errors import ModelError
 from .architecture import metadata_features, metadata_layer_kinds, support_problem
 from .catalog_sources import Found, Roots, find_ggufs
+from .chat_template import ChatTemplate, ChatTemplateError
 from .display_name import display_name, quant_label
+from .gguf_extent import truncation_problem
 from .gguf_file import SUPPORTED_TENSOR_TYPES
 from .gguf_header import GGUFHeader, GGUFHeaderError, read_header
 from .layer_kinds import layer_summary
@@ -110,7 +113,7 @@ def describe(found: Found) -> CatalogEntry:
         architecture=arch, parameters=sum(t.n_elements for t in header.tensors),
         quantization=quant, file_size=size,
         context_length=int(context) if isinstance(context, int) else None,
-        problem=(problem := problem_of(header)), aliases=aliases,
+        problem=(problem := problem_of(header, size)), aliases=aliases,
         features=[] if problem else sorted(metadata_features(header.get)),
         layers="" if problem else hybrid_layers(header),
     )
@@ -127,8 +130,9 @@ def hybrid_layers(header: GGUFHeader) -> str:
                          window if isinstance(window, int) else 0)
 
 
-def problem_of(header: GGUFHeader) -> str | None:
-    """Why Channel cannot run this model, in the words open_model would use, or None."""
+def problem_of(header: GGUFHeader, file_size: int | None = None) -> str | None:
+    """Why Channel cannot run this model, in the words open_model would use, or None.
+    With the file's size, a file too short for its tensors is refused too."""
     names = [t.name for t in header.tensors]
     problem = support_problem(header.get, names)
     if problem is not None:
@@ -140,7 +144,9 @@ def problem_of(header: GGUFHeader) -> str | None:
             return f"tensor {t.name} has unknown type code {t.ggml_type}"
         if kind not in SUPPORTED_TENSOR_TYPES:
             return f"tensor {t.name} has unsupported type {kind.name}"
-    return tokenizer_problem(header)
+    if file_size is not None and (problem := truncation_problem(header, file_size)):
+        return problem
+    return tokenizer_problem(header) or template_problem(header)
 
 
 def tokenizer_problem(header: GGUFHeader) -> str | None:
@@ -158,6 +164,36 @@ def tokenizer_problem(header: GGUFHeader) -> str | None:
         except UnsupportedTokenizerError as exc:
             return str(exc)
     return None
+
+
+# Conversations a chat template must render one of: with a system message, and without (a
+# template may refuse system messages, or fold one into the first user turn).
+_SAMPLES = ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi?"}],
+            [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."},
+             {"role": "user", "content": "Bye?"}])
+
+
+def template_problem(header: GGUFHeader) -> str | None:
+    """Why the GGUF's chat template cannot carry a conversation: it does not compile, or
+    fails on both sample conversations (every turn would fail). None without a template:
+    loading uses plain ChatML then."""
+    source = header.get("tokenizer.chat_template")
+    if source is None:
+        return None
+    if not isinstance(source, str):
+        return "tokenizer.chat_template is not a string"
+    try:
+        template = ChatTemplate(source)
+    except ChatTemplateError as exc:
+        return str(exc)
+    failure = None
+    for messages in _SAMPLES:
+        try:
+            template.render(messages, add_generation_prompt=True)
+            return None
+        except ChatTemplateError as exc:
+            failure = failure or exc
+    return f"{failure} (on every sample conversation)"
 
 
 def quantization(header: GGUFHeader) -> str | None:

@@ -15,6 +15,7 @@ from ..errors import (
     MissingTensorError,
     ModelNotFoundError,
     NotGGUFError,
+    TruncatedModelError,
     UnsupportedArchitectureError,
     UnsupportedTensorTypeError,
 )
@@ -27,6 +28,8 @@ from .architecture import (
     support_problem,
 )
 from .config import ModelConfig
+from .gguf_extent import truncation_problem
+from .gguf_header import GGUFHeaderError, read_header
 
 GGUF_MAGIC = b"GGUF"
 
@@ -66,10 +69,15 @@ class ModelFile:
 def fingerprint_file(path: Path) -> str:
     """xxh3-128 over the file's bytes: ~10 ms for the 98 MB default model."""
     with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:  # mmap refuses an empty file; its hash is b""'s
-            return xxhash.xxh3_128_hexdigest(b"")
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            return xxhash.xxh3_128_hexdigest(m)
+        return fingerprint_fd(f.fileno())
+
+
+def fingerprint_fd(fd: int) -> str:
+    """fingerprint_file of an open file."""
+    if os.fstat(fd).st_size == 0:  # mmap refuses an empty file; its hash is b""'s
+        return xxhash.xxh3_128_hexdigest(b"")
+    with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as m:
+        return xxhash.xxh3_128_hexdigest(m)
 
 
 def open_model(path: str | os.PathLike) -> ModelFile:
@@ -82,6 +90,7 @@ def open_model(path: str | os.PathLike) -> ModelFile:
         magic = f.read(4)
     if magic != GGUF_MAGIC:
         raise NotGGUFError(f"not a GGUF file (starts with {magic!r}, expected b'GGUF'): {path}")
+    _check_not_truncated(path)
     try:
         reader = GGUFReader(path, "r")
     except Exception as exc:  # gguf-py raises plain ValueError/struct errors on corrupt files
@@ -116,6 +125,19 @@ def open_model(path: str | os.PathLike) -> ModelFile:
         fingerprint=fingerprint_file(path),
         name=str(get("general.name", path.stem)),
     )
+
+
+def _check_not_truncated(path: Path) -> None:
+    """Raise TruncatedModelError when the file is shorter than its tensor table says (gguf-py
+    would fail on it with "cannot reshape array ..."). A header that does not read is left
+    to GGUFReader, whose error open_model reports."""
+    try:
+        header = read_header(path)
+    except GGUFHeaderError:
+        return
+    problem = truncation_problem(header, os.stat(path).st_size)
+    if problem is not None:
+        raise TruncatedModelError(f"model {problem}: {path}")
 
 
 def _config_from_metadata(get, tensors: dict[str, ReaderTensor], path: Path) -> ModelConfig:

@@ -24,6 +24,7 @@ from .chat_template import ChatTemplate
 from .config import ModelConfig
 from .display_name import display_name, quant_label
 from .gguf_file import GGUF_MAGIC, ModelFile, fingerprint_file, open_model
+from .model_files import FileIdentity, ModelFiles
 from .rope import RopeTables, window_rope_config
 from .tokenizer import Tokenizer
 from .weights import Weights, build_image, map_image
@@ -59,6 +60,19 @@ class Model:
     image_built: bool = False
     # The WINDOW layers' tables where the model has such layers (model/rope.py).
     rope_window: RopeTables | None = None
+    # The GGUF as loaded and the mappings the weights are read through (model_files.py).
+    files: ModelFiles | None = None
+
+    def check_files(self) -> list[str]:
+        """Before a turn: raise ModelFileChangedError if a file the weights are mapped from
+        was truncated or rewritten in place (reading it could kill the process); returns a
+        warning, once, when the GGUF was replaced on disk and the engine keeps the old one."""
+        return self.files.check() if self.files is not None else []
+
+    def guard_files(self) -> None:
+        """Before a forward pass: raise ModelFileChangedError if a mapped file shrank."""
+        if self.files is not None:
+            self.files.guard()
 
 
 def checked_model_path(path: str | Path | None = None) -> Path:
@@ -81,7 +95,10 @@ def load_model(path: str | Path | None = None, cache_dir: str | Path | None = No
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     path = checked_model_path(path)
+    # Taken before the fingerprint: a change while it is computed shows as a change later.
+    identity = FileIdentity.of(path.stat())
     fingerprint = fingerprint_file(path)
+    files = ModelFiles(path, identity, fingerprint)
     timings["fingerprint_s"] = time.perf_counter() - t0
 
     parsed: ModelFile | None = None
@@ -121,13 +138,15 @@ def load_model(path: str | Path | None = None, cache_dir: str | Path | None = No
             image = map_image(image_path, fingerprint)
         timings["image_map_s"] = time.perf_counter() - t0
         weights = image.weights
+        files.watch_mapping(image.mapping, image.path, "weight image",
+                            "restart Channel to rebuild it from the GGUF")
 
     t0 = time.perf_counter()
     rope = RopeTables(config)
     rope_window = RopeTables(window_rope_config(config)) if WINDOW in config.kinds else None
     timings["rope_s"] = time.perf_counter() - t0
     return Model(path, fingerprint, meta["name"], config, rope, tokenizer, template, tensors,
-                 weights, timings, built, rope_window)
+                 weights, timings, built, rope_window, files)
 
 
 def _build_meta(model_file: ModelFile) -> dict:

@@ -196,6 +196,11 @@ class WeightImage:
     # Kept for the image's lifetime; numpy views hold it too, so it unmaps when the last goes.
     _mapping: mmap.mmap
 
+    @property
+    def mapping(self) -> mmap.mmap:
+        """The mapping the weights are views of (watched for truncation: model_files.py)."""
+        return self._mapping
+
 
 def map_image(path: Path, fingerprint: str) -> WeightImage:
     """Map an image read-only and check it; raise WeightImageError if it cannot be trusted."""

@@ -258,6 +258,8 @@ class EngineServer(TurnEdits, SnapshotRequests):
         # The message is in the stream (fsynced) by now: turn_started acknowledges it.
         self.emit({"type": "turn_started", "req": request_id, "session": name,
                    "user_event_id": pending.event.id})
+        for note in runtime.session.take_notes():  # a model file replaced on disk
+            self.emit({"type": "warning", "req": request_id, "session": name, "message": note})
 
         def on_text(piece: str) -> None:
             self.emit({"type": "token", "req": request_id, "session": name, "text": piece})

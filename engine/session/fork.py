@@ -8,19 +8,26 @@ independent. Nothing is re-encoded; the source's files are only read.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from ulid import ULID
 
-from ..errors import StreamError
+from ..errors import ChannelError, UnusableFileError
 from ..fileio import create_exclusive, open_regular
 from ..paths import SessionFiles, check_session_name
 from .replay import FORKED_FROM
 from .stream import StreamEvent, StreamLog, _now
 
 COPY_CHUNK = 1 << 20
+
+
+class ForkError(ChannelError):
+    """The fork's files could not be written (a read-only or full data directory); the
+    message names the sessions and the reason, and no file of the fork is left behind."""
 
 
 @dataclass(frozen=True)
@@ -48,24 +55,55 @@ def fork_session(data_dir: Path, source: str, name: str) -> ForkReport:
     events = StreamLog(src_stream).read().events
     if not events:
         raise ValueError(f"session {source!r} has no conversation to fork")
-    # The fork runs on the source's model: without its record it would open on the default
-    # model, refuse the copied snapshot and record the wrong model for good.
-    if os.path.lexists(src.model_record):
-        _copy_file(src.model_record, new.model_record)
-    snapshot_bytes = 0
-    if os.path.lexists(src_snapshot):
-        snapshot_bytes = _copy_file(src_snapshot, new_snapshot)
     marker_id = ULID.from_int(int(ULID.from_str(events[0].id)) - 1)
     marker = StreamEvent(str(marker_id), "system", "", _now(),
                          {FORKED_FROM: {"session": source, "event": events[-1].id}})
     lines = [marker.to_json()] + [event.to_json() for event in events]
+    failed = f"cannot fork {source!r} as {name!r}"
+    if (unwritable := _unwritable(data_dir)) is not None:  # in words, not "[Errno 30] ..."
+        raise ForkError(f"{failed}: {unwritable}")
+    snapshot_bytes = 0
     try:
+        # The fork runs on the source's model: without its record it would open on the
+        # default model, refuse the copied snapshot and record the wrong model for good.
+        if os.path.lexists(src.model_record):
+            _copy_file(src.model_record, new.model_record)
+        if os.path.lexists(src_snapshot):
+            snapshot_bytes = _copy_file(src_snapshot, new_snapshot)
         _write_new(new_stream, ("\n".join(lines) + "\n").encode("utf-8"))
-    except BaseException:
-        new_snapshot.unlink(missing_ok=True)
-        new.model_record.unlink(missing_ok=True)
+    except BaseException as exc:
+        for written in (new_snapshot, new.model_record):  # none existed before (checked)
+            with contextlib.suppress(OSError):
+                written.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise ForkError(f"{failed}: {_why(exc, data_dir)}") from None
+        if isinstance(exc, UnusableFileError):
+            raise ForkError(f"{failed}: {exc}") from None
         raise
     return ForkReport(source, name, len(events), snapshot_bytes, events[-1].id)
+
+
+def _unwritable(data_dir: Path) -> str | None:
+    """Why no file can be made in `data_dir`, or None when one can."""
+    if os.access(data_dir, os.W_OK | os.X_OK):
+        return None
+    try:
+        read_only_fs = bool(os.statvfs(data_dir).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only_fs = False
+    return _why(OSError(errno.EROFS if read_only_fs else errno.EACCES, ""), data_dir)
+
+
+def _why(exc: OSError, data_dir: Path) -> str:
+    """A write's failure in words a person acts on."""
+    if exc.errno == errno.EROFS:
+        return f"{data_dir} is read-only (a read-only file system)"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"{data_dir} is read-only (permission denied)"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"no space left for it in {data_dir}"
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"
 
 
 def _copy_file(source: Path, target: Path) -> int:
@@ -81,10 +119,9 @@ def _copy_file(source: Path, target: Path) -> int:
             dst.flush()
             os.fsync(dst.fileno())
         os.replace(tmp, target)
-    except OSError as exc:
-        raise StreamError(f"cannot copy {source.name}: {exc.strerror or exc}") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # never made, in a read-only directory
+            tmp.unlink(missing_ok=True)
     return copied
 
 

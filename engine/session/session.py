@@ -25,7 +25,7 @@ from ulid import ULID
 
 from ..backends.base import Backend
 from ..conversation import Conversation, StopCheck
-from ..errors import StreamError
+from ..errors import ModelFileChangedError, StreamError
 from ..model.model import Model
 from ..paths import SessionFiles, check_session_name
 from ..snapshot.writer import SaveResult, SnapshotStatus, Snapshotter
@@ -109,6 +109,9 @@ class Session:
         finally:
             self.owner.release()
             self.owner = None
+        # Warnings for the front end that no request asked for (a model file replaced on
+        # disk); taken by whoever reports them.
+        self.notes: list[str] = []
 
     # -- boot and restore -------------------------------------------------------------------
     def boot(self, cold: bool = False, progress: ReplayProgress | None = None) -> BootReport:
@@ -161,6 +164,7 @@ class Session:
         if not text.strip():
             raise ValueError("empty message")
         self.check_usable()
+        self.check_model_files()
         mark = self.transcript.mark()
         prompt = self.transcript.user_turn(text)
         asked = {} if max_tokens is None else {MAX_TOKENS: max_tokens}
@@ -174,6 +178,7 @@ class Session:
     def begin_external(self, event: StreamEvent) -> PendingTurn:
         """A user event another program appended to the stream, to answer as if typed here."""
         self.check_usable()
+        self.check_model_files()
         mark = self.transcript.mark()
         return PendingTurn(event, self.transcript.event_tokens(event, generation_prompt=True),
                            mark[2], mark, max_tokens=asked_max_tokens(event))
@@ -182,6 +187,7 @@ class Session:
         """The last user message if the transcript ends unanswered (say, after a crash
         mid-turn, or a message sent while no engine ran); None if there is none. The ring
         holds every unanswered message already: one reply answers them all."""
+        self.check_model_files()
         if not self.transcript.pending_user():
             return None
         events = self.stream.read().events
@@ -322,6 +328,24 @@ class Session:
         """Raise StreamError when an earlier failure left the session needing a reopen."""
         if self.unusable:
             raise StreamError(f"session {self.name!r} must be reopened: {self.unusable}")
+
+    def check_model_files(self) -> None:
+        """Before a turn changes anything: raise ModelFileChangedError when a file the
+        weights are mapped from was truncated or rewritten in place, since reading it could
+        kill the process (SIGBUS). A GGUF replaced on disk is only noted: the engine keeps
+        running on the one it mapped."""
+        try:
+            notes = self.model.check_files()
+        except ModelFileChangedError as exc:
+            log.error("%s: %s", self.name, exc)
+            raise
+        for note in notes:
+            log.warning("%s: %s", self.name, note)
+        self.notes.extend(notes)
+
+    def take_notes(self) -> list[str]:
+        notes, self.notes = self.notes, []
+        return notes
 
     def _checkpoint(self, awaiting_reply: bool) -> None:
         """Save the state as it is before a long prompt (the transcript has moved on to the

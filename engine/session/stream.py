@@ -14,6 +14,7 @@ a line could make ambiguous (session.py).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -193,13 +194,11 @@ class StreamLog:
             line = (event.to_json() + "\n").encode("utf-8")
             if torn:
                 line = b"\n" + line  # never glue a new event onto a torn fragment
-            written = 0
-            while written < len(line):  # a large line may take more than one write
-                written += os.write(fd, line[written:])
-            os.fsync(fd)
+            _write_whole(fd, line)
             self.own_ids.add(event.id)
         except OSError as exc:
-            raise StreamError(f"cannot append to {self.path}: {exc.strerror}") from None
+            raise StreamError(f"cannot append to {self.path}: {exc.strerror or exc} (the "
+                              f"stream is as it was)") from None
         finally:
             os.close(fd)
         return event
@@ -225,6 +224,23 @@ class StreamLog:
             return 0
         with os.fdopen(open_regular(self.path, os.O_RDONLY), "rb") as f:
             return f.read(offset).count(b"\n")
+
+
+def _write_whole(fd: int, line: bytes) -> None:
+    """Append `line` and fsync it, or leave the file as it was: a write cut short (a full
+    disk, a file size limit) is truncated back off, so no torn fragment is left to warn at
+    every later read. The caller holds the file's lock, so the size is ours to restore."""
+    before = os.fstat(fd).st_size
+    try:
+        written = 0
+        while written < len(line):  # a large line may take more than one write
+            written += os.write(fd, line[written:])
+        os.fsync(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):  # the write's error is the one to report
+            os.ftruncate(fd, before)
+            os.fsync(fd)
+        raise
 
 
 def _tail(fd: int) -> tuple[bool, ULID | None]:

@@ -68,6 +68,7 @@ def undo(session: Session, keep_user: bool = False) -> tuple[EditReport, Pending
     prompt the ring already holds when it rolled back; one to prefill after a replay).
     """
     session.check_usable()
+    session.check_model_files()  # before the retraction: a rebuild or decode reads weights
     session.snapshots.wait()  # a writer reading the live rows must finish first
     t0 = time.perf_counter()
     user, reply = last_exchange(session)

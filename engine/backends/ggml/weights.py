@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ...errors import MissingTensorError
+from ...errors import MissingTensorError, ModelFileChangedError
 from ...model.architecture import CONV, Architecture
+from ...model.gguf_file import fingerprint_fd
 from ...model.model import Model, TensorInfo
+from ...model.model_files import FileIdentity
 from .lib import free_with, ggml, host_buffer
 from .repack import can_repack, repack_buffer_type
 
@@ -49,6 +52,19 @@ class GgmlLayer:
     post_ffn_norm: Tensor | None = None
 
 
+def _same_file_as_loaded(model: Model, fd: int) -> FileIdentity:
+    """The identity of the open GGUF, which must hold the bytes the model was loaded from:
+    tensor offsets come from them. A file replaced since (mapped when a session opens) is
+    fingerprinted again, and refused if its bytes differ."""
+    identity = FileIdentity.of(os.fstat(fd))
+    if model.files is None or identity == model.files.loaded:
+        return identity
+    if fingerprint_fd(fd) != model.fingerprint:
+        raise ModelFileChangedError(f"model file changed on disk since it was loaded "
+                                    f"(restart Channel to load it anew): {model.path}")
+    return identity
+
+
 class GgmlWeights:
     """One mapping of a GGUF and a ggml tensor for every weight in it.
 
@@ -60,7 +76,11 @@ class GgmlWeights:
         self.path = Path(model.path)
         self.fingerprint = model.fingerprint
         with open(self.path, "rb") as f:
+            identity = _same_file_as_loaded(model, f.fileno())
             self._mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        if model.files is not None:  # a truncation in place would SIGBUS: checked per turn
+            model.files.watch_mapping(self._mapping, self.path, "model file",
+                                      "restart Channel once the file is whole", identity)
         base = np.frombuffer(self._mapping, np.uint8).ctypes.data
         self._mapping_address = base
         self._ctx = g.ggml_init(g.ggml_init_params(
