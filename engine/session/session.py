@@ -84,6 +84,9 @@ class Session:
         self.skipped_tokens = 0
         self.stop_ids = model.tokenizer.end_of_generation_ids  # llama.cpp's EOG set
         self.owner: SessionLock | None = None  # held from `open` to `close`
+        # Warnings for the front end that no request asked for (a model file replaced on
+        # disk); taken by whoever reports them.
+        self.notes: list[str] = []
 
     # -- ownership --------------------------------------------------------------------------
     def open(self, cold: bool = False, progress: ReplayProgress | None = None,
