@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("text", help="the message")
     send.add_argument("--no-wait", action="store_true", help="do not wait for the reply")
     send.add_argument("--timeout", type=float, default=120.0, help="seconds to wait")
+    send.add_argument("--max-tokens", type=int, default=None,
+                      help="the longest reply to ask for (default: the engine's)")
     send.set_defaults(handler=commands.send)
 
     snap = sub.add_parser("snapshot", help="inspect snapshot files, verify a session's saved state")

@@ -188,15 +188,23 @@ def send(args: argparse.Namespace) -> int:
 
     from engine.paths import check_session_name
     from engine.session.replay import WITHDRAWS, reply_target
-    from engine.session.stream import StreamLog
+    from engine.session.stream import StreamLog, id_order
+    from engine.session.turns import MAX_TOKENS
+    from engine.state.sampling import MAX_REPLY_TOKENS
 
     problem = message_problem(args.text, Limits())  # what the engine would take in a turn
     if problem:
         raise ValueError(f"the message {problem}")
+    asked = {}
+    if args.max_tokens is not None:
+        if not 0 < args.max_tokens <= MAX_REPLY_TOKENS:
+            raise ValueError(f"--max-tokens must be from 1 to {MAX_REPLY_TOKENS}, "
+                             f"got {args.max_tokens}")
+        asked[MAX_TOKENS] = args.max_tokens  # the engine answers with it (docs/stream.md)
     name = check_session_name(opt(args, "session", "default"))
     log = StreamLog(SessionFiles(session_data_dir(args), name).stream)
     start = log.read()
-    sent = log.append("user", args.text)
+    sent = log.append("user", args.text, **asked)
     if args.no_wait:
         print(sent.id)
         return 0
@@ -211,7 +219,7 @@ def send(args: argparse.Namespace) -> int:
             # Our reply names our message. One naming a later message answers ours too:
             # messages left waiting by a crash are answered together (docs/stream.md).
             target = reply_target(event)
-            if target is not None and target >= sent.id:
+            if target is not None and id_order(target) >= id_order(sent.id):
                 print(event.content)
                 return 0
         time.sleep(0.2)

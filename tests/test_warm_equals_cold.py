@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from engine.model.model import Model, load_model
+from engine.process.client import spawn
 from engine.session.replay import ring_order, taken_in, withdrawn_ids
 from engine.session.session import Session
 from engine.session.stream import StreamLog
@@ -27,12 +28,17 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def long_model(tmp_path_factory) -> Model:
+def long_files(tmp_path_factory) -> tuple[Path, Path]:
     """The tiny model with room for a dozen turns before the ring evicts (so that verify
-    compares slot by slot)."""
+    compares slot by slot), and its weight cache."""
     directory = tmp_path_factory.mktemp("long-context")
     gguf = write_tiny_gguf(directory / "long.gguf", TinySpec(context_length=1024, seed=3))
-    return load_model(gguf, directory / "cache")
+    return gguf, directory / "cache"
+
+
+@pytest.fixture(scope="module")
+def long_model(long_files) -> Model:
+    return load_model(*long_files)
 
 
 def channel(*argv: str) -> subprocess.CompletedProcess:
@@ -161,12 +167,16 @@ def test_channel_snapshot_verify_says_match_or_drift(tiny_gguf, tiny_cache, tmp_
     assert "problem: clock" in drifted.stdout
 
 
-def test_defect3_concurrent_sends_each_print_their_own_reply(engine, tmp_path) -> None:
+def test_defect3_concurrent_sends_each_print_their_own_reply(long_files, long_model,
+                                                              tmp_path) -> None:
     """Five `channel send`s at once all printed the reply to one of them: each printed the
     first assistant line after its own message."""
-    proc = engine("--debounce-s", "30")
+    proc = spawn(tmp_path / "data", long_files[1], long_files[0],
+                 ["--debounce-s", "30", "--backend", "numpy"])
+    proc.wait_for("ready", timeout=60)
     proc.request({"type": "open", "session": "s"}, "booted")
-    common = ["--data-dir", str(tmp_path / "data"), "--session", "s", "--timeout", "120"]
+    common = ["--data-dir", str(tmp_path / "data"), "--session", "s", "--timeout", "120",
+              "--max-tokens", "6"]
     outputs: dict[int, subprocess.CompletedProcess] = {}
 
     def send(n: int) -> None:
@@ -185,3 +195,33 @@ def test_defect3_concurrent_sends_each_print_their_own_reply(engine, tmp_path) -
         assert done.returncode == 0, done.stderr
         assert done.stdout == replies[asked[f"concurrent message {n}"]] + "\n"
     assert len(outputs) == 5 and len(set(replies)) == 5
+    # However the five interleaved with the engine's answers, the saved state is the one a
+    # cold replay builds (each question fed right before its answer).
+    assert proc.request({"type": "save", "session": "s"}, "snapshot")["status"] == "saved"
+    report = verify_session(long_model, tmp_path / "data", "s")
+    assert report.ok and report.compared_slots > 0, report.problems
+    assert proc.close() == 0
+
+
+def test_a_line_written_during_a_reply_is_taken_in_by_a_rebuild(long_model, tmp_path) -> None:
+    """Another program's line that lands while a reply decodes comes before the reply in
+    the stream, yet is read after it; fed then, the ring would hold it after the reply. The
+    session sees it is behind its anchor, and a rebuild takes it in where a replay would."""
+    session = Session(long_model, tmp_path, "s", POLICY)
+    session.boot()
+    other = StreamLog(session.stream.path)
+    written = []
+
+    def on_text(piece: str) -> None:
+        if not written:
+            other.read()
+            written.append(other.append("system", "a note another program wrote"))
+
+    session.turn("hello there", GREEDY, max_tokens=6, on_text=on_text)
+    late = written[0]
+    assert session.behind_anchor(late)
+    session.rebuild()
+    assert session.transcript.messages[-1]["content"] == "a note another program wrote"
+    assert session.save().error is None
+    report = verify_session(long_model, tmp_path, "s", POLICY)
+    assert report.ok, report.problems

@@ -34,6 +34,7 @@ class TranscriptEntry(TypedDict, total=False):
     content: str
     ts: str
     stop: str | None
+    in_reply_to: str | None  # a reply: the message it answers (listed right after it)
     hidden: bool  # retracted, or a retraction or fork marker: front ends leave it out
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..model.architecture import CONV, WINDOW
-from ..session.replay import is_marker, retracted_ids
+from ..session.replay import is_marker, reply_target, retracted_ids, ring_order
 from ..session.session import BootReport, Session
 from ..snapshot.writer import SaveResult
 from ..state.ring_policy import DEFAULT_EVICT
@@ -140,9 +140,9 @@ def transcript_fields(session: Session) -> list[dict]:
     """Every event of the stream, as front ends show them (withdrawn messages included).
     `hidden` marks what an undo took back, the retractions themselves and a fork's marker:
     the stream keeps them, a front end leaves them out."""
-    events = session.stream.read().events
+    events = ring_order(session.stream.read().events)  # each reply under its message
     retracted = {i for e in events for i in retracted_ids(e)}
     return [{"id": e.id, "role": e.role, "content": e.content, "ts": e.ts,
-             "stop": e.extra.get("stop"),
+             "stop": e.extra.get("stop"), "in_reply_to": reply_target(e),
              "hidden": e.id in retracted or bool(retracted_ids(e)) or is_marker(e)}
             for e in events]

@@ -20,8 +20,8 @@ from ..backends.numpy.backend import NumpyBackend
 from ..backends.select import Choice, Placement
 from ..errors import ChannelError, SessionBusyError
 from ..model.model import Model
-from ..session.replay import is_withdrawal
-from ..session.session import Session, TurnResult
+from ..session.answering import TurnResult
+from ..session.session import Session
 from ..session.turns import PendingTurn
 from ..state.sampler import SamplingSettings
 from .edits import TurnEdits
@@ -36,6 +36,7 @@ from .protocol import (
 from .runtime import SessionRuntime, boot_fields, ring_size_fields, ring_summary, transcript_fields
 from .session_models import SessionModels
 from .snapshots import SnapshotRequests
+from .stream_poll import StreamPolling
 from .watch import StreamWatcher
 
 log = logging.getLogger("channel.engine")
@@ -48,7 +49,7 @@ class BootAbandoned(Exception):
     """Raised from a replay progress callback to stop opening a session."""
 
 
-class EngineServer(TurnEdits, SnapshotRequests):
+class EngineServer(TurnEdits, SnapshotRequests, StreamPolling):
     def __init__(self, model: Model, data_dir: Path, emit: Emit, debounce_s: float = 5.0,
                  placement: Placement | None = None, limits: Limits | None = None,
                  models: SessionModels | None = None):
@@ -311,49 +312,6 @@ class EngineServer(TurnEdits, SnapshotRequests):
         runtime.session.close()  # another Channel may open it now
         self.models.release(runtime.name)
         self.emit({"type": "closed", "req": request.id, "session": runtime.name})
-
-    # -- the stream -------------------------------------------------------------------------
-    def _poll(self, name: str) -> None:
-        """Take in events other programs appended to an open session's stream."""
-        runtime = self.sessions.get(name)
-        if runtime is None:
-            return
-        session = runtime.session
-        read = session.stream.read(runtime.stream_offset)
-        runtime.stream_offset = read.end_offset
-        for warning in read.warnings:
-            self.emit({"type": "warning", "session": name, "message": warning})
-        for i, event in enumerate(read.events):
-            if not self._announce(runtime, event):
-                continue
-            if event.role == "user" and not self.stopping.is_set():
-                self._answer(runtime, None, session.begin_external(event))
-            elif is_withdrawal(event) or session.behind_anchor(event):
-                # Another program took a message back out, or wrote a line before our own
-                # latest: rebuild from the snapshot and the whole stream, in ring order
-                # (that takes in the rest of this batch too), then answer what waits.
-                for later in read.events[i + 1 :]:
-                    self._announce(runtime, later)
-                session.rebuild()
-                runtime.stream_offset = session.stream_offset
-                self._emit_ring(runtime, None)
-                pending = session.begin_pending()
-                if pending is not None and not self.stopping.is_set():
-                    self._answer(runtime, None, pending)
-                return
-            else:
-                session.ingest_event(event)
-                self._emit_ring(runtime, None)
-
-    def _announce(self, runtime: SessionRuntime, event) -> bool:
-        """Tell front ends of a line another program appended; False for one of our own."""
-        own = runtime.session.stream.own_ids
-        if event.id in own:
-            own.discard(event.id)
-            return False
-        self.emit({"type": "stream_event", "session": runtime.name, "id": event.id,
-                   "role": event.role, "content": event.content, "ts": event.ts})
-        return True
 
     def _shutdown(self, request_id, reason: str) -> None:
         for runtime in list(self.sessions.values()):

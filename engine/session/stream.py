@@ -243,6 +243,11 @@ def _write_whole(fd: int, line: bytes) -> None:
         raise
 
 
+def id_order(event_id: str) -> int:
+    """An event id's place in the stream's order (ULIDs increase in file order)."""
+    return int(ULID.from_str(event_id))
+
+
 def _tail(fd: int) -> tuple[bool, ULID | None]:
     """Whether the file ends in a torn line, and the id of its last complete line (None if
     it has none, or one that does not decode)."""

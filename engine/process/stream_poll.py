@@ -1,0 +1,63 @@
+"""Lines other programs append to an open session's stream (docs/stream.md).
+
+A mixin of EngineServer, run on its compute thread when the watcher sees a stream grow and
+before each turn. A `user` line is answered as if typed here; any other line is taken in.
+A line that cannot be taken in where the ring stands (a withdrawal, or one written before
+our own latest: replay.py's ring order) makes the session rebuild from its snapshot and the
+stream, and then answer what waits.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..session.replay import is_withdrawal
+from ..session.stream import StreamEvent
+
+if TYPE_CHECKING:
+    from .runtime import SessionRuntime
+    from .server import EngineServer
+
+
+class StreamPolling:
+    def _poll(self: EngineServer, name: str) -> None:
+        """Take in events other programs appended to an open session's stream."""
+        runtime = self.sessions.get(name)
+        if runtime is None:
+            return
+        session = runtime.session
+        read = session.stream.read(runtime.stream_offset)
+        runtime.stream_offset = read.end_offset
+        for warning in read.warnings:
+            self.emit({"type": "warning", "session": name, "message": warning})
+        for i, event in enumerate(read.events):
+            if not self._announce(runtime, event):
+                continue
+            if event.role == "user" and not self.stopping.is_set():
+                self._answer(runtime, None, session.begin_external(event))
+            elif is_withdrawal(event) or session.behind_anchor(event):
+                # Another program took a message back out, or wrote a line before our own
+                # latest: rebuild from the snapshot and the whole stream, in ring order
+                # (that takes in the rest of this batch too), then answer what waits.
+                for later in read.events[i + 1 :]:
+                    self._announce(runtime, later)
+                session.rebuild()
+                runtime.stream_offset = session.stream_offset
+                self._emit_ring(runtime, None)
+                pending = session.begin_pending()
+                if pending is not None and not self.stopping.is_set():
+                    self._answer(runtime, None, pending)
+                return
+            else:
+                session.ingest_event(event)
+                self._emit_ring(runtime, None)
+
+    def _announce(self: EngineServer, runtime: SessionRuntime, event: StreamEvent) -> bool:
+        """Tell front ends of a line another program appended; False for one of our own."""
+        own = runtime.session.stream.own_ids
+        if event.id in own:
+            own.discard(event.id)
+            return False
+        self.emit({"type": "stream_event", "session": runtime.name, "id": event.id,
+                   "role": event.role, "content": event.content, "ts": event.ts})
+        return True

@@ -1,0 +1,198 @@
+"""Answering a message: log it, prefill it, decode the reply, log the reply (a mixin of
+Session, session.py).
+
+A turn logs its message only once everything about it has been checked and its prompt
+rendered. A turn that cannot finish after that (cancelled mid-prefill, or failed) withdraws
+its message and rebuilds the state without it, so the ring never holds half a message.
+Each reply names the message it answers (`in_reply_to`), so that a replay feeds them in the
+order the ring took them (replay.py's ring order).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..conversation import StopCheck
+from ..snapshot.writer import SnapshotStatus
+from ..state.sampler import SamplingSettings
+from .replay import IN_REPLY_TO, WITHDRAWS, taken_in, withdrawn_ids
+from .stream import StreamEvent
+from .turns import MAX_TOKENS, LastTurn, PendingTurn, TurnPoint, asked_max_tokens
+
+if TYPE_CHECKING:
+    from .session import Session
+
+log = logging.getLogger("channel.engine")
+
+TextCallback = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    reply: str
+    reply_ids: list[int]
+    stop: str
+    prompt_tokens: int
+    prefill_s: float
+    decode_s: float
+    event_id: str | None  # the assistant event written to the stream, if one was
+
+    @property
+    def prefill_tok_s(self) -> float:
+        return self.prompt_tokens / self.prefill_s if self.prefill_s > 0 else 0.0
+
+    @property
+    def decode_tok_s(self) -> float:
+        return len(self.reply_ids) / self.decode_s if self.decode_s > 0 else 0.0
+
+
+class Answering:
+    def begin_turn(self: Session, text: str, max_tokens: int | None = None) -> PendingTurn:
+        """Render the user's message, then log it (fsynced): nothing is logged for a
+        message the template cannot take. The reply length asked for is logged with it,
+        for whoever answers the message if this process cannot."""
+        if not text.strip():
+            raise ValueError("empty message")
+        self.check_usable()
+        self.check_model_files()
+        mark = self.transcript.mark()
+        prompt = self.transcript.user_turn(text)
+        asked = {} if max_tokens is None else {MAX_TOKENS: max_tokens}
+        try:
+            event = self.stream.append("user", text, **asked)
+        except BaseException:
+            self.transcript.rewind(mark)
+            raise
+        return PendingTurn(event, prompt, mark[2], mark, max_tokens=max_tokens)
+
+    def begin_external(self: Session, event: StreamEvent) -> PendingTurn:
+        """A user event another program appended to the stream, to answer as if typed here."""
+        self.check_usable()
+        self.check_model_files()
+        mark = self.transcript.mark()
+        return PendingTurn(event, self.transcript.event_tokens(event, generation_prompt=True),
+                           mark[2], mark, max_tokens=asked_max_tokens(event))
+
+    def begin_pending(self: Session) -> PendingTurn | None:
+        """The last user message if the transcript ends unanswered (say, after a crash
+        mid-turn, or a message sent while no engine ran); None if there is none. The ring
+        holds every unanswered message already: one reply answers them all."""
+        self.check_model_files()
+        if not self.transcript.pending_user():
+            return None
+        events = self.stream.read().events
+        user = next(e for e in reversed(taken_in(events, withdrawn_ids(events)))
+                    if e.role == "user")
+        return PendingTurn(user, self.transcript.generation_prompt(), False,
+                           max_tokens=asked_max_tokens(user))
+
+    def turn(self: Session, text: str, settings: SamplingSettings, max_tokens: int,
+             on_text: TextCallback | None = None,
+             should_stop: StopCheck | None = None) -> TurnResult:
+        """Log the user's message (fsynced first), answer it, log the answer."""
+        return self.respond(self.begin_turn(text, max_tokens), settings, max_tokens, on_text,
+                            should_stop)
+
+    def respond(self: Session, turn: PendingTurn, settings: SamplingSettings, max_tokens: int,
+                on_text: TextCallback | None = None, should_stop: StopCheck | None = None,
+                shutting_down: StopCheck | None = None) -> TurnResult:
+        """Prefill a logged message and decode the reply; log the reply.
+
+        A prompt longer than one prefill chunk can be stopped between chunks. It is preceded
+        by a checkpoint, so that taking a cancelled message back out of the ring is a
+        restore, not a replay. A stop while `shutting_down()` keeps the message instead, for
+        the next open to answer, as after a crash: the checkpoint on disk is the state before
+        it, and this half-fed state is never saved.
+        """
+        self.last_turn = None
+        if turn.prefilled is not None:  # a regenerate: the prompt is in the ring already
+            with self._withdrawn_on_failure(turn):
+                return self._decode(turn, settings, max_tokens, on_text, should_stop, 0.0,
+                                    turn.prefilled)
+        long = len(turn.prompt) > self.conversation.policy.prefill_chunk
+        if long:
+            self._checkpoint(turn.awaiting_before)
+        self._advance_anchor(turn.event.id)
+        before = TurnPoint(self.conversation.ring.mark(), turn.transcript_before)
+        self.conversation.ring.mark_turn_start()
+        t0 = time.perf_counter()
+        with self._withdrawn_on_failure(turn):
+            logits = self.conversation.ingest(turn.prompt,
+                                              should_stop=should_stop if long else None)
+        prefill_s = time.perf_counter() - t0
+        if logits is None and shutting_down is not None and shutting_down():
+            self.unusable = "a shutdown stopped its prefill (the next open answers the message)"
+            return TurnResult("", [], "cancelled", 0, prefill_s, 0.0, None)
+        if logits is None:
+            mark = self._withdraw(turn, "cancelled")
+            return TurnResult("", [], "cancelled", 0, prefill_s, 0.0, mark.id)
+        with self._withdrawn_on_failure(turn):
+            return self._decode(turn, settings, max_tokens, on_text, should_stop, prefill_s,
+                                before)
+
+    @contextlib.contextmanager
+    def _withdrawn_on_failure(self: Session, turn: PendingTurn) -> Iterator[None]:
+        try:
+            yield
+        except Exception:
+            log.exception("%s: the turn failed after its message was logged", self.name)
+            with contextlib.suppress(Exception):  # the original error is the one to report
+                self._withdraw(turn, "error")
+            raise
+
+    def _decode(self: Session, turn: PendingTurn, settings: SamplingSettings, max_tokens: int,
+                on_text: TextCallback | None, should_stop: StopCheck | None,
+                prefill_s: float, before: TurnPoint) -> TurnResult:
+        conv = self.conversation
+        prompted = TurnPoint(conv.ring.mark(), self.transcript.mark(),
+                             None if conv.last_logits is None else conv.last_logits.copy())
+        decoder = self.model.tokenizer.stream_decoder()
+
+        def emit(token: int) -> None:
+            piece = decoder.step(token)
+            if piece and on_text is not None:
+                on_text(piece)
+
+        gen = self.conversation.generate(settings, max_tokens, self.stop_ids, emit, should_stop)
+        reply = self.model.tokenizer.decode(gen.ids)
+        self.conversation.ingest(self.transcript.close_assistant(reply))
+        event = self.stream.append(
+            "assistant", reply, tokens=gen.ids, model=self.model.fingerprint, stop=gen.stop,
+            temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
+            **{IN_REPLY_TO: turn.event.id},
+        )
+        self.last_event_id = event.id
+        self.last_turn = LastTurn(turn.event.id, event.id, before, prompted, conv.ring.clock)
+        return TurnResult(reply, gen.ids, gen.stop, len(turn.prompt), prefill_s, gen.decode_s,
+                          event.id)
+
+    def _withdraw(self: Session, turn: PendingTurn, stop: str) -> StreamEvent:
+        """Take a message the ring holds only part of back out: log that it is withdrawn
+        (the stream keeps it), then rebuild the state without it."""
+        try:
+            mark = self.stream.append("assistant", "", tokens=[], model=self.model.fingerprint,
+                                      stop=stop, **{WITHDRAWS: turn.event.id})
+        finally:  # even unlogged, the half-ingested prompt must go: rebuild from the stream
+            try:
+                self.rebuild()
+            except Exception as exc:
+                # Never save or extend a ring that holds half a message.
+                self.unusable = f"its state could not be rebuilt ({exc})"
+                raise
+        return mark
+
+    def _checkpoint(self: Session, awaiting_reply: bool) -> None:
+        """Save the state as it is before a long prompt (the transcript has moved on to the
+        prompt already: `awaiting_reply` is what the ring holds)."""
+        self.snapshots.wait()
+        if self.last_event_id is None:
+            return
+        result = self._save(awaiting_reply, True, None)
+        if result.status is SnapshotStatus.FAILED:
+            log.warning("%s: no checkpoint before a long prompt (%s); a cancel will replay",
+                        self.name, result.error)
