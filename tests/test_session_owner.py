@@ -131,3 +131,20 @@ def test_an_event_picked_up_late_never_moves_the_anchor_back(tiny_model, tmp_pat
     report = warm.boot()
     assert report.kind == "warm" and report.replayed_events == 0
     assert warm.conversation.ring.clock == clock
+
+
+def test_a_fork_never_writes_into_a_session_someone_holds(tiny_model, tmp_path) -> None:
+    """A session opened before its first line has no files yet, so only its lock says it is
+    taken: a fork onto that name is refused, and writes nothing."""
+    from engine.session.fork import fork_session
+
+    source = Session(tiny_model, tmp_path, "src", POLICY)
+    source.boot()
+    source.turn("something to fork", SamplingSettings(), max_tokens=3)
+    with acquire_session(tmp_path, "new"):
+        with pytest.raises(SessionBusyError) as refused:
+            fork_session(tmp_path, "src", "new")
+        assert str(refused.value) == busy_message("new", os.getpid())
+        assert not (tmp_path / "new.stream.jsonl").exists()
+    report = fork_session(tmp_path, "src", "new")  # once released, the fork goes ahead
+    assert report.events == len(source.stream.read().events)

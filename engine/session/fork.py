@@ -19,6 +19,7 @@ from ulid import ULID
 from ..errors import ChannelError, UnusableFileError
 from ..fileio import create_exclusive, open_regular
 from ..paths import SessionFiles, check_session_name
+from .owner import acquire_session
 from .replay import FORKED_FROM
 from .stream import StreamEvent, StreamLog, _now
 
@@ -48,11 +49,8 @@ def fork_session(data_dir: Path, source: str, name: str) -> ForkReport:
         raise ValueError(f"cannot fork session {source!r} onto itself")
     data_dir = Path(data_dir)
     src, new = SessionFiles(data_dir, source), SessionFiles(data_dir, name)
-    src_stream, src_snapshot = src.stream, src.snapshot
-    new_stream, new_snapshot = new.stream, new.snapshot
-    if any(os.path.lexists(p) for p in (new_stream, new_snapshot, new.model_record)):
-        raise ValueError(f"session {name!r} already exists")
-    events = StreamLog(src_stream).read().events
+    _check_new(new)
+    events = StreamLog(src.stream).read().events
     if not events:
         raise ValueError(f"session {source!r} has no conversation to fork")
     marker_id = ULID.from_int(int(ULID.from_str(events[0].id)) - 1)
@@ -62,17 +60,30 @@ def fork_session(data_dir: Path, source: str, name: str) -> ForkReport:
     failed = f"cannot fork {source!r} as {name!r}"
     if (unwritable := _unwritable(data_dir)) is not None:  # in words, not "[Errno 30] ..."
         raise ForkError(f"{failed}: {unwritable}")
+    try:  # a Channel that opened the new name before its first write must not meet us there
+        owner = acquire_session(data_dir, name)
+    except UnusableFileError as exc:
+        raise ForkError(f"{failed}: {exc}") from None
+    with owner:
+        return _write_fork(src, new, lines, failed, data_dir, events)
+
+
+def _write_fork(src: SessionFiles, new: SessionFiles, lines: list[str], failed: str,
+                data_dir: Path, events: list[StreamEvent]) -> ForkReport:
+    """Write the fork's files (the model record and snapshot first, the stream last: a
+    session without its stream does not exist); on failure, none is left behind."""
+    _check_new(new)  # again, now that no one else may create it
     snapshot_bytes = 0
     try:
         # The fork runs on the source's model: without its record it would open on the
         # default model, refuse the copied snapshot and record the wrong model for good.
         if os.path.lexists(src.model_record):
             _copy_file(src.model_record, new.model_record)
-        if os.path.lexists(src_snapshot):
-            snapshot_bytes = _copy_file(src_snapshot, new_snapshot)
-        _write_new(new_stream, ("\n".join(lines) + "\n").encode("utf-8"))
+        if os.path.lexists(src.snapshot):
+            snapshot_bytes = _copy_file(src.snapshot, new.snapshot)
+        _write_new(new.stream, ("\n".join(lines) + "\n").encode("utf-8"))
     except BaseException as exc:
-        for written in (new_snapshot, new.model_record):  # none existed before (checked)
+        for written in (new.snapshot, new.model_record):  # none existed before (checked)
             with contextlib.suppress(OSError):
                 written.unlink(missing_ok=True)
         if isinstance(exc, OSError):
@@ -80,7 +91,12 @@ def fork_session(data_dir: Path, source: str, name: str) -> ForkReport:
         if isinstance(exc, UnusableFileError):
             raise ForkError(f"{failed}: {exc}") from None
         raise
-    return ForkReport(source, name, len(events), snapshot_bytes, events[-1].id)
+    return ForkReport(src.name, new.name, len(events), snapshot_bytes, events[-1].id)
+
+
+def _check_new(new: SessionFiles) -> None:
+    if any(os.path.lexists(p) for p in (new.stream, new.snapshot, new.model_record)):
+        raise ValueError(f"session {new.name!r} already exists")
 
 
 def _unwritable(data_dir: Path) -> str | None:
