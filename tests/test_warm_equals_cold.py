@@ -10,12 +10,14 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine.model.model import Model, load_model
 from engine.process.client import spawn
 from engine.session.replay import ring_order, taken_in, withdrawn_ids
 from engine.session.session import Session
-from engine.session.stream import StreamLog
+from engine.session.stream import StreamEvent, StreamLog
 from engine.session.verify import verify_session
 from engine.state.ring_policy import RingPolicy
 from engine.state.sampler import SamplingSettings
@@ -225,3 +227,25 @@ def test_a_line_written_during_a_reply_is_taken_in_by_a_rebuild(long_model, tmp_
     assert session.save().error is None
     report = verify_session(long_model, tmp_path, "s", POLICY)
     assert report.ok, report.problems
+
+
+@given(st.lists(st.booleans(), max_size=40))
+def test_ring_order_is_the_order_the_engine_fed(actions: list[bool]) -> None:
+    """Messages arrive (True) while the engine answers them first in, first out (False):
+    the stream holds each line when it was written, the engine fed each message just
+    before its answer, and messages still waiting at a crash come last, in arrival order
+    (a boot feeds them then). ring_order rebuilds the engine's order from the file."""
+    stream: list[StreamEvent] = []
+    waiting: list[StreamEvent] = []
+    fed: list[StreamEvent] = []
+    for n, arrives in enumerate(actions):
+        event_id = f"{n:026d}"  # increasing, as the stream's ids are
+        if arrives:
+            waiting.append(StreamEvent(event_id, "user", f"message {n}", "", {}))
+            stream.append(waiting[-1])
+        elif waiting:
+            question = waiting.pop(0)
+            stream.append(StreamEvent(event_id, "assistant", f"reply {n}", "",
+                                      {"in_reply_to": question.id}))
+            fed += [question, stream[-1]]
+    assert [e.id for e in ring_order(stream)] == [e.id for e in fed + waiting]
