@@ -21,6 +21,7 @@ from ..backends.select import Choice, Placement
 from ..errors import ChannelError, SessionBusyError
 from ..model.model import Model
 from ..session.answering import TurnResult
+from ..session.owner import acquire_session
 from ..session.session import Session
 from ..session.turns import PendingTurn
 from ..state.sampler import SamplingSettings
@@ -201,10 +202,19 @@ class EngineServer(TurnEdits, SnapshotRequests, StreamPolling):
                        "reason": "already open", "transcript": transcript_fields(runtime.session)})
             self._emit_ring(runtime, request.id)
             return
-        model_path = request.args.get("model")
-        model = self.models.for_session(name, Path(model_path) if model_path else None)
-        session = Session(model, self.data_dir, name, self.placement.policy(model.config),
-                          self.placement.backend(model.config))
+        try:  # one writer per session; asked first, so a refusal loads no model
+            owner = acquire_session(self.data_dir, name)
+        except SessionBusyError as exc:
+            self._error(request, SESSION_BUSY, str(exc))
+            return
+        try:
+            model_path = request.args.get("model")
+            model = self.models.for_session(name, Path(model_path) if model_path else None)
+            session = Session(model, self.data_dir, name, self.placement.policy(model.config),
+                              self.placement.backend(model.config))
+        except BaseException:
+            owner.release()
+            raise
 
         def progress(done: int, total: int) -> None:
             self.emit({"type": "replay_progress", "req": request.id, "session": name,
@@ -213,11 +223,7 @@ class EngineServer(TurnEdits, SnapshotRequests, StreamPolling):
                 raise BootAbandoned  # a long cold replay must not hold up a shutdown
 
         try:
-            # One writer per session: refused while another Channel has it open.
-            report = session.open(cold=bool(request.args.get("cold")), progress=progress)
-        except SessionBusyError as exc:
-            self._error(request, SESSION_BUSY, str(exc))
-            return
+            report = session.open(bool(request.args.get("cold")), progress, owner)
         except BootAbandoned:
             # Never registered, so never flushed: a half-replayed ring is not saved.
             self._error(request, "shutting_down", f"opening {name!r} abandoned: shutting down")
