@@ -72,8 +72,10 @@ class EndOfTurn(Event, total=False):
     event_id: str
     prompt_tokens: int
     decode_tokens: int
+    ttft_ms: float  # time to first token: reading the message, then the first token
     prefill_tok_s: float
     decode_tok_s: float
+    seed: int | None  # the seed the reply was sampled with (None: greedy)
     clock: int
 
 
@@ -83,6 +85,7 @@ class Undone(Event, total=False):
     retracted: list[str]  # the stream ids taken back out
     dropped_slots: int
     ms: float
+    previous_seed: int | None  # a regenerate: the seed of the reply it took back
     transcript: list[TranscriptEntry]
 
 
