@@ -96,6 +96,18 @@ class Sampler:
         logits = views.logits if logits is None else logits
         if settings.greedy:
             return int(np.argmax(logits))
+        ids, probs = self.distribution(views, settings, logits)
+        cum = views.cand_cum[: probs.shape[0]]
+        np.cumsum(probs, out=cum)
+        pick = int(np.searchsorted(cum, self._uniform(views) * float(cum[-1]), side="right"))
+        pick = min(pick, probs.shape[0] - 1)
+        return pick if ids is None else int(ids[pick])
+
+    def distribution(self, views: ArenaViews, settings: SamplingSettings,
+                     logits: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+        """What the draw picks from, after every stage of a sampled (not greedy) chain:
+        (candidate ids, their probabilities), or (None, the whole vocabulary's probabilities
+        by id) when no stage needs the candidates in order. Views of arena scratch."""
         work = views.sample_logits
         np.copyto(work, logits)
         apply_penalties(work, self.recent, settings)
@@ -104,8 +116,12 @@ class Sampler:
         vocab = work.shape[0]
         ordered = settings.typical_p < 1.0 or settings.top_p < 1.0 or settings.min_p > 0.0 \
             or settings.xtc_on
-        if not ordered and not 0 < settings.top_k < vocab:
-            return self._draw_from_vocabulary(views, work, settings.temperature)
+        if not ordered and not 0 < settings.top_k < vocab:  # temperature alone: no sort
+            np.divide(work, np.float32(f32(settings.temperature)), out=work)
+            work -= work.max()
+            np.exp(work, out=work)
+            np.divide(work, work.sum(dtype=np.float32), out=work)
+            return None, work
         n = stages.select_top(views, work, settings.top_k)
         if settings.typical_p < 1.0:
             n = stages.typical_p(views, n, f32(settings.typical_p))
@@ -117,20 +133,7 @@ class Sampler:
         if settings.xtc_on and n > 1 and self._uniform(views) <= f32(settings.xtc_probability):
             start = stages.xtc(views, n, f32(settings.xtc_threshold))
         stages.temperature(views, start, n, f32(settings.temperature))
-        cum = views.cand_cum[start:n]
-        np.cumsum(stages.softmax(views, start, n), out=cum)
-        pick = int(np.searchsorted(cum, self._uniform(views) * float(cum[-1]), side="right"))
-        return int(views.cand_id[start + min(pick, n - start - 1)])
-
-    def _draw_from_vocabulary(self, views: ArenaViews, work: np.ndarray, t: float) -> int:
-        """Temperature alone: draw from the softmax of the whole vocabulary, unsorted."""
-        np.divide(work, np.float32(f32(t)), out=work)
-        work -= work.max()
-        np.exp(work, out=work)
-        cum = views.cand_cum
-        np.cumsum(work, out=cum)
-        draw = self._uniform(views) * float(cum[-1])
-        return int(min(np.searchsorted(cum, draw, side="right"), work.shape[0] - 1))
+        return views.cand_id[start:n], stages.softmax(views, start, n)
 
     def _breakers(self, settings: SamplingSettings) -> BreakerTable:
         if self._tokenizer is None:
