@@ -30,7 +30,7 @@ from engine.process.protocol import Limits, message_problem
 def chat(args: argparse.Namespace) -> int:
     from engine.session.owner import acquire_session
     from engine.session.session import Session
-    from engine.state.sampler import SamplingSettings
+    from engine.state.sampling_defaults import defaults_for
 
     asked = sampling_overrides(args)  # checked before anything loads
     if args.max_tokens < 1:
@@ -53,8 +53,7 @@ def chat(args: argparse.Namespace) -> int:
         backend, model = backend_and_model(args)
         session = Session(model, directory, name, backend=backend)
         boot = session.open(cold=bool(opt(args, "cold", False)), owner=owner)
-        settings = SamplingSettings.defaults_for(model.recommended_sampling).with_overrides(
-            asked)
+        settings = defaults_for(model.recommended_sampling).with_overrides(asked)
         return _chat_turn(args, session, boot, settings, model, backend)
     finally:
         if session is not None:

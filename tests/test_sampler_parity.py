@@ -19,6 +19,7 @@ from engine.state.dry import apply_dry, breaker_table
 from engine.state.penalties import RecentTokens, apply_penalties
 from engine.state.ring_policy import RingPolicy
 from engine.state.sampler import Sampler, SamplingSettings
+from engine.state.sampling_defaults import defaults_for
 
 from .test_layout import TINY
 
@@ -180,7 +181,7 @@ def test_dry_without_breakers(views, history, multiplier, base, allowed, last_n)
 
 def test_the_default_chain(views) -> None:
     """llama.cpp's default order with Channel's default values, on tokens already taken."""
-    settings = SamplingSettings.defaults_for()
+    settings = defaults_for()
 
     def stages() -> list:  # a chain frees its stages: each run makes its own
         return [L.llama_sampler_init_penalties(TINY.vocab_size, 64, 1.1, 0.0, 0.0),

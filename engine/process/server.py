@@ -23,7 +23,7 @@ from ..model.model import Model
 from ..session.answering import TurnResult
 from ..session.session import Session
 from ..session.turns import PendingTurn
-from ..state.sampler import SamplingSettings
+from ..state.sampling_defaults import defaults_for
 from .edits import TurnEdits
 from .protocol import (
     PROTOCOL_VERSION,
@@ -270,8 +270,8 @@ class EngineServer(TurnEdits, SnapshotRequests, StreamPolling):
         if max_tokens is None:  # a message found waiting says what its sender asked for
             max_tokens = DEFAULT_MAX_TOKENS if pending.max_tokens is None else pending.max_tokens
         try:
-            settings = SamplingSettings.defaults_for(
-                runtime.session.model.recommended_sampling).with_overrides(asked or {})
+            settings = defaults_for(runtime.session.model.recommended_sampling).with_overrides(
+                asked or {})
             result = runtime.session.respond(
                 pending, settings, max_tokens, on_text=on_text,
                 should_stop=runtime.cancel.is_set, shutting_down=self.stopping.is_set)

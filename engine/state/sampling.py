@@ -6,9 +6,9 @@ them. Standard library only: clients import the protocol module without numpy.
 
 The dataclass's own defaults are neutral: `SamplingSettings()` is plain greedy decoding with
 every stage off, which is what tests and tools that want the model's own argmax ask for. What
-a person gets when they ask for nothing is `SamplingSettings.defaults_for(...)`: the GGUF's
-recommended values where it has them, else llama.cpp's defaults plus a mild repetition
-penalty (sampling_defaults.py).
+a person gets when they ask for nothing is sampling_defaults.py's `defaults_for(...)`: the
+GGUF's recommended values where it has them, else llama.cpp's defaults plus a mild repetition
+penalty.
 """
 
 from __future__ import annotations
@@ -122,15 +122,6 @@ class SamplingSettings:
     def with_overrides(self, overrides: Mapping[str, object]) -> SamplingSettings:
         """These settings with the named fields replaced (checked again as a whole)."""
         return replace(self, **overrides) if overrides else self
-
-    @classmethod
-    def defaults_for(cls, recommended: Mapping[str, object] | None = None) -> SamplingSettings:
-        """What a reply gets when nobody asked for anything: `recommended` (a GGUF's
-        `general.sampling.*` values, by key suffix) over llama.cpp's defaults and a mild
-        repetition penalty. See sampling_defaults.py."""
-        from .sampling_defaults import product_defaults
-
-        return product_defaults(recommended or {})
 
     def record(self) -> dict[str, object]:
         """What a reply's stream event keeps of these settings: temperature, top_k and top_p

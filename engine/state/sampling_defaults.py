@@ -39,8 +39,11 @@ GGUF_SAMPLING_KEYS: dict[str, str] = {
 INT_SETTINGS = frozenset({"top_k", "repeat_last_n"})
 
 
-def product_defaults(recommended: Mapping[str, object]) -> SamplingSettings:
-    """BASE_DEFAULTS with each usable `recommended` value (by GGUF key suffix) laid over."""
+def defaults_for(recommended: Mapping[str, object] | None = None) -> SamplingSettings:
+    """What a reply gets when nobody asked for anything: BASE_DEFAULTS with each usable
+    `recommended` value (a GGUF's general.sampling.*, by key suffix: Model's
+    recommended_sampling) laid over."""
+    recommended = recommended or {}
     usable = tuple(sorted((k, v) for k, v in recommended.items()
                           if k in GGUF_SAMPLING_KEYS and isinstance(v, (int, float))))
     return _laid_over(usable)
