@@ -99,7 +99,9 @@ class Sampler:
         ids, probs = self.distribution(views, settings, logits)
         cum = views.cand_cum[: probs.shape[0]]
         np.cumsum(probs, out=cum)
-        pick = int(np.searchsorted(cum, self._uniform(views) * float(cum[-1]), side="right"))
+        # A float32 draw: searching a float32 array for a Python float converts the array.
+        draw = np.float32(self._uniform(views) * float(cum[-1]))
+        pick = int(np.searchsorted(cum, draw, side="right"))
         pick = min(pick, probs.shape[0] - 1)
         return pick if ids is None else int(ids[pick])
 
