@@ -75,7 +75,7 @@ class EndOfTurn(Event, total=False):
     ttft_ms: float  # time to first token: reading the message, then the first token
     prefill_tok_s: float
     decode_tok_s: float
-    seed: int | None  # the seed the reply was sampled with (None: greedy)
+    seed: int  # the seed the reply was sampled with (absent for a greedy reply)
     clock: int
 
 
@@ -85,7 +85,7 @@ class Undone(Event, total=False):
     retracted: list[str]  # the stream ids taken back out
     dropped_slots: int
     ms: float
-    previous_seed: int | None  # a regenerate: the seed of the reply it took back
+    previous_seed: int  # a regenerate: the seed of the reply it took back, if sampled
     transcript: list[TranscriptEntry]
 
 
