@@ -52,6 +52,13 @@ def test_a_turn_without_settings_gets_the_models_defaults(engine, tmp_path) -> N
     assert first["ttft_ms"] == end["ttft_ms"] and first["prefill_tok_s"] == end["prefill_tok_s"]
     assert second["top_k"] == 5 and second["min_p"] == 0.05  # the rest stay the model's
     assert third["temperature"] == 0.0 and "seed" not in third
+    # After a restart the transcript still has each reply's figures and seed.
+    again = engine()
+    shown = again.request({"type": "open", "session": "s"}, "booted")["transcript"]
+    again.close()
+    reply = next(m for m in shown if m["id"] == end["event_id"])
+    assert (reply["ttft_ms"], reply["prefill_tok_s"], reply["seed"]) == \
+        (end["ttft_ms"], end["prefill_tok_s"], end["seed"])
 
 
 @pytest.fixture

@@ -36,6 +36,12 @@ class TranscriptEntry(TypedDict, total=False):
     stop: str | None
     in_reply_to: str | None  # a reply: the message it answers (listed right after it)
     hidden: bool  # retracted, or a retraction or fork marker: front ends leave it out
+    # A reply, where its event has them: time to first token, prompt and decode speed, and
+    # the seed it was sampled with.
+    ttft_ms: float
+    prefill_tok_s: float
+    decode_tok_s: float
+    seed: int
 
 
 class Booted(Event, total=False):  # also `restored`

@@ -7,6 +7,10 @@ undo rolls back to the first; a regenerate to the second, and decodes again from
 logits. Either way a retraction is appended to the stream first (`retracts: [ids]`, never a
 rewrite: docs/stream.md), so a replay, a warm boot and the transcript all agree.
 
+A regenerate answers with another seed than the reply it took back (unless asked for one):
+the pending turn carries that reply's recorded seed (`retried_seed`), and the answer derives
+a new one from it (session/answering.py).
+
 When the ring cannot be rolled back (it evicted or rebased during the turn, the engine
 restarted since, another program appended after it), the state is rebuilt from the snapshot
 and the stream instead, and the report says so.
