@@ -17,7 +17,7 @@ from .backends.base import Backend, HiddenCallback
 from .backends.numpy.backend import NumpyBackend
 from .model.model import Model
 from .state.arena import StateArena, conversation_layout
-from .state.loop_guard import LoopGuard, letterless_tokens
+from .state.loop_guard import LoopGuard
 from .state.ring import KVRing
 from .state.ring_policy import RingPolicy
 from .state.sampler import Sampler, SamplingSettings
@@ -53,7 +53,7 @@ class Conversation:
         self.forward = self.backend.make_forward(model, self.ring)
         self.sampler = Sampler(seed, model.tokenizer)
         self.sampler.save_state(self.arena.views())
-        self.loop_guard = LoopGuard(letterless_tokens(model.tokenizer))
+        self.loop_guard = LoopGuard(model.tokenizer)
         self.last_logits: np.ndarray | None = None  # what the last pass returned
 
     def reset(self) -> None:

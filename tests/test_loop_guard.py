@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine.session.session import Session
-from engine.state.loop_guard import MIN_SPAN, LoopGuard, letterless_tokens
+from engine.state.loop_guard import MIN_SPAN, LoopGuard
 from engine.state.ring_policy import RingPolicy
 from engine.state.sampler import SamplingSettings
 
@@ -25,7 +25,7 @@ def fired_at(guard: LoopGuard, tokens: list[int]) -> int | None:
 
 @pytest.fixture(scope="module")
 def guard(real_model) -> LoopGuard:
-    return LoopGuard(letterless_tokens(real_model.tokenizer))
+    return LoopGuard(real_model.tokenizer)
 
 
 @pytest.fixture(scope="module")

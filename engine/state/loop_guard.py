@@ -22,7 +22,6 @@ that period over run + period tokens.
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from functools import lru_cache
 
 from ..model.tokenizer import Tokenizer
@@ -41,14 +40,15 @@ def letterless_tokens(tokenizer: Tokenizer) -> frozenset[int]:
 
 
 class LoopGuard:
-    def __init__(self, letterless: Collection[int] = frozenset(), max_period: int = MAX_PERIOD,
+    def __init__(self, tokenizer: Tokenizer | None = None, max_period: int = MAX_PERIOD,
                  min_repeats: int = MIN_REPEATS, min_span: int = MIN_SPAN,
                  structure_span: int = STRUCTURE_SPAN) -> None:
-        """`letterless`: the vocabulary's tokens without a letter (letterless_tokens)."""
+        """`tokenizer` says which tokens have no letter (looked up the first time a cycle
+        needs it: a pass over the vocabulary); without one, every cycle counts as words."""
         if max_period < 1 or min_repeats < 2 or not 2 <= min_span <= structure_span:
             raise ValueError("a loop guard needs max_period >= 1, min_repeats >= 2 and "
                              "2 <= min_span <= structure_span")
-        self.letterless = letterless
+        self.tokenizer = tokenizer
         self.max_period = max_period
         self.min_repeats = min_repeats
         self.min_span = min_span
@@ -82,8 +82,10 @@ class LoopGuard:
 
     def _structure(self, period: int) -> bool:
         """Whether the newest cycle of `period` tokens has no letter in it."""
-        tokens = self._tokens
-        return all(tokens[i] in self.letterless for i in range(len(tokens) - period, len(tokens)))
+        if self.tokenizer is None:
+            return False
+        letterless, tokens = letterless_tokens(self.tokenizer), self._tokens
+        return all(tokens[i] in letterless for i in range(len(tokens) - period, len(tokens)))
 
     @property
     def looping_tokens(self) -> int:
