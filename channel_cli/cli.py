@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from channel_cli import commands
-from channel_cli.cli_args import resolve_model_option
+from channel_cli.cli_args import add_sampling_options, resolve_model_option
 from engine.errors import ChannelError
 from engine.process.flags import add_engine_flags
 
@@ -64,10 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(chat)
     chat.add_argument("message", help="the user's message")
     chat.add_argument("--max-tokens", type=int, default=256)
-    chat.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
-    chat.add_argument("--top-k", type=int, default=0)
-    chat.add_argument("--top-p", type=float, default=1.0)
-    chat.add_argument("--seed", type=int, default=None)
+    add_sampling_options(chat)
     chat.add_argument("--json", action="store_true", help="print one JSON object")
     chat.set_defaults(handler=commands.chat)
 

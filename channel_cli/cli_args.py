@@ -10,6 +10,48 @@ from pathlib import Path
 
 from engine.paths import default_cache_dir, default_data_dir
 
+# `channel chat`'s sampling options: (flag, the request field it sets, help). Each defaults to
+# None, "the model's default" (engine/state/sampling_defaults.py).
+SAMPLING_OPTIONS = (
+    ("--temperature", "temperature", "0 is greedy"),
+    ("--top-k", "top_k", "0 disables"),
+    ("--top-p", "top_p", "1 disables"),
+    ("--min-p", "min_p", "0 disables"),
+    ("--typical-p", "typical_p", "1 disables"),
+    ("--repeat-penalty", "repeat_penalty", "1 disables"),
+    ("--repeat-last-n", "repeat_last_n", "tokens the penalties look back over; -1: the reply"),
+    ("--presence-penalty", "presence_penalty", "0 disables"),
+    ("--frequency-penalty", "frequency_penalty", "0 disables"),
+    ("--dry-multiplier", "dry_multiplier", "0 disables DRY"),
+    ("--dry-base", "dry_base", "DRY's growth per repeated token"),
+    ("--dry-allowed-length", "dry_allowed_length", "repeats DRY lets through"),
+    ("--dry-penalty-last-n", "dry_penalty_last_n", "tokens DRY looks back over; -1: the reply"),
+    ("--xtc-probability", "xtc_probability", "0 disables XTC"),
+    ("--xtc-threshold", "xtc_threshold", "XTC's probability threshold"),
+    ("--seed", "seed", "default: drawn from the session's generator"),
+)
+
+
+def add_sampling_options(parser: argparse.ArgumentParser) -> None:
+    from engine.state.sampling import REQUEST_FIELDS
+
+    for flag, name, note in SAMPLING_OPTIONS:
+        parser.add_argument(flag, dest=name, type=REQUEST_FIELDS[name], default=None,
+                            help=f"{note} (default: the model's)" if name != "seed" else note)
+
+
+def sampling_overrides(args: argparse.Namespace) -> dict[str, float | int]:
+    """The sampling options given, checked (ValueError naming the first bad one)."""
+    from engine.state.sampling import checked_overrides
+
+    given = {name: getattr(args, name) for _, name, _ in SAMPLING_OPTIONS
+             if getattr(args, name, None) is not None}
+    try:
+        return checked_overrides(given)
+    except ValueError as exc:
+        flag = next((f for f, name, _ in SAMPLING_OPTIONS if str(exc).startswith(name)), None)
+        raise ValueError(f"{flag}: {exc}" if flag else str(exc)) from None
+
 
 def opt(args: argparse.Namespace, name: str, default=None):
     return getattr(args, name, default)

@@ -18,6 +18,7 @@ from channel_cli.cli_args import (
     opt,
     pick_backend,
     remember_model,
+    sampling_overrides,
     session_data_dir,
     use_session_model,
 )
@@ -29,9 +30,9 @@ from engine.process.protocol import Limits, message_problem
 def chat(args: argparse.Namespace) -> int:
     from engine.session.owner import acquire_session
     from engine.session.session import Session
-    from engine.state.sampler import SamplingSettings
+    from engine.state.sampling_defaults import defaults_for
 
-    settings = SamplingSettings(args.temperature, args.top_k, args.top_p, args.seed)
+    asked = sampling_overrides(args)  # checked before anything loads
     if args.max_tokens < 1:
         raise ValueError(f"--max-tokens must be at least 1, got {args.max_tokens}")
     problem = message_problem(args.message, Limits())
@@ -52,6 +53,7 @@ def chat(args: argparse.Namespace) -> int:
         backend, model = backend_and_model(args)
         session = Session(model, directory, name, backend=backend)
         boot = session.open(cold=bool(opt(args, "cold", False)), owner=owner)
+        settings = defaults_for(model.recommended_sampling).with_overrides(asked)
         return _chat_turn(args, session, boot, settings, model, backend)
     finally:
         if session is not None:
@@ -81,6 +83,8 @@ def _chat_turn(args: argparse.Namespace, session, boot, settings, model, backend
             "decode_tokens": len(result.reply_ids),
             "prefill_tok_s": round(result.prefill_tok_s, 2),
             "decode_tok_s": round(result.decode_tok_s, 2),
+            "ttft_ms": round(result.ttft_ms, 1),
+            "seed": result.seed,
             "ring_active": ring.n_active,
             "ring_anchors": ring.n_anchors,
             "clock": ring.clock,

@@ -39,6 +39,8 @@ def to_markdown(session: str, messages: list[ChatMessage], model: str | None = N
             lines += ["", "_(reply cancelled)_"]
         elif message.stop == "max_tokens":
             lines += ["", "_(reply cut at the token limit)_"]
+        elif message.stop == "repetition":
+            lines += ["", "_(reply stopped: it was repeating itself)_"]
         lines.append("")
     return "\n".join(lines)
 

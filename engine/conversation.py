@@ -17,6 +17,7 @@ from .backends.base import Backend, HiddenCallback
 from .backends.numpy.backend import NumpyBackend
 from .model.model import Model
 from .state.arena import StateArena, conversation_layout
+from .state.loop_guard import LoopGuard
 from .state.ring import KVRing
 from .state.ring_policy import RingPolicy
 from .state.sampler import Sampler, SamplingSettings
@@ -28,8 +29,10 @@ StopCheck = Callable[[], bool]
 @dataclass(frozen=True)
 class Generation:
     ids: list[int]  # emitted tokens, without the stop token
-    stop: str  # "eot", "max_tokens" or "cancelled"
+    stop: str  # "eot", "max_tokens", "repetition" (the loop guard) or "cancelled"
     decode_s: float
+    seed: int | None = None  # the seed the reply was sampled with; None: greedy
+    first_token_s: float = 0.0  # from the start of decoding to the first token (or the stop)
 
     @property
     def tok_s(self) -> float:
@@ -48,8 +51,9 @@ class Conversation:
         self.arena = StateArena(self.layout, self.backend.arena_allocator())
         self.ring = KVRing(self.arena, model.config, self.policy, model.rope, model.rope_window)
         self.forward = self.backend.make_forward(model, self.ring)
-        self.sampler = Sampler(seed)
+        self.sampler = Sampler(seed, model.tokenizer)
         self.sampler.save_state(self.arena.views())
+        self.loop_guard = LoopGuard(model.tokenizer)
         self.last_logits: np.ndarray | None = None  # what the last pass returned
 
     def reset(self) -> None:
@@ -72,34 +76,40 @@ class Conversation:
     def generate(self, settings: SamplingSettings, max_tokens: int,
                  stop_ids: frozenset[int], on_token: TokenCallback | None = None,
                  should_stop: StopCheck | None = None) -> Generation:
-        """Sample from the current logits; decode until a stop token, max_tokens or a stop.
+        """Sample from the current logits; decode until a stop token, max_tokens, the loop
+        guard (the reply repeats one cycle: state/loop_guard.py) or a stop.
 
         Every emitted token is ingested, so the ring always holds exactly what was emitted;
         the stop token itself is not (the caller closes the turn as its template says).
         """
         views = self.arena.views()
-        if settings.seed is not None:
-            self.sampler.seed(views, settings.seed)
-        else:
-            self.sampler.load_state(views)
+        seed = self.sampler.begin_reply(views, settings)
+        guard = self.loop_guard
+        guard.reset()
         ids: list[int] = []
         stop = "max_tokens"
         t0 = time.perf_counter()
+        first_token_s = 0.0
         if max_tokens > 0:
             token = self.sampler.sample(views, settings, self.last_logits)
+            first_token_s = time.perf_counter() - t0
             while True:
                 if token in stop_ids:
                     stop = "eot"
                     break
                 ids.append(token)
+                self.sampler.accept(token)
                 if on_token is not None:
                     on_token(token)
                 self.model.guard_files()  # a file truncated mid-reply: an error, not SIGBUS
                 self.last_logits = self.forward.decode_one_token(token)
                 if len(ids) >= max_tokens:
                     break
+                if guard.push(token):
+                    stop = "repetition"
+                    break
                 if should_stop is not None and should_stop():
                     stop = "cancelled"
                     break
                 token = self.sampler.sample(views, settings, self.last_logits)
-        return Generation(ids, stop, time.perf_counter() - t0)
+        return Generation(ids, stop, time.perf_counter() - t0, seed, first_token_s)

@@ -255,7 +255,8 @@ def test_real_model_through_the_engine(tmp_path, real_model_path) -> None:
         e.wait_for("ready", timeout=120)
         e.request({"type": "open", "session": "s"}, "booted")
         end = e.request({"type": "turn", "session": "s",
-                         "text": "What is the capital of Japan?", "max_tokens": 24},
+                         "text": "What is the capital of Japan?", "max_tokens": 24,
+                         "temperature": 0},  # greedy: the model's own first choice
                         "end_of_turn", timeout=300)
         # The default backend (ggml on a CPU); Japan rather than France: see test_tui_e2e.py.
         assert "Tokyo" in end["reply"]

@@ -67,6 +67,12 @@ def requests(draw) -> dict:
     good = {"session": st.sampled_from(SESSIONS), "text": st.text(min_size=1, max_size=60),
             "max_tokens": st.integers(0, 40), "temperature": st.floats(0, 3),
             "top_k": st.integers(0, 60), "top_p": st.floats(0.01, 1), "seed": st.integers(0, 9),
+            "min_p": st.floats(0, 1), "typical_p": st.floats(0.01, 1),
+            "repeat_penalty": st.floats(0.5, 2), "repeat_last_n": st.integers(-1, 80),
+            "presence_penalty": st.floats(-1, 1), "frequency_penalty": st.floats(-1, 1),
+            "dry_multiplier": st.floats(0, 2), "dry_base": st.floats(1, 3),
+            "dry_allowed_length": st.integers(0, 4), "dry_penalty_last_n": st.integers(-1, 80),
+            "xtc_probability": st.floats(0, 1), "xtc_threshold": st.floats(0, 1),
             "cold": st.booleans(), "client": st.text(max_size=20), "protocol": st.just(1),
             "model": st.just("/nonexistent/model.gguf"),  # `open` on it: a one-line error
             "new": st.sampled_from(["f1", "f2"])}

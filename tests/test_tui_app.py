@@ -7,6 +7,7 @@ import resource
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +18,10 @@ from channel_tui.widgets.boot_banner import BootBanner
 from channel_tui.widgets.prompt import Prompt
 from channel_tui.widgets.status_bar import StatusBar
 from channel_tui.widgets.transcript import AssistantMessage, Note, UserMessage
+from engine.model.model import load_model
 from engine.process.protocol import MAX_REPLY_TOKENS
+
+from .tiny_model import TinySpec, write_tiny_gguf
 
 SIZE = (100, 32)
 
@@ -137,10 +141,24 @@ async def test_send_streams_and_recalls_prompts(make_app) -> None:
         assert app.chat.query_one(Prompt).text == "a\nb"
 
 
-async def test_escape_cancels_and_a_queued_message_goes_next(make_app, raw_events) -> None:
+@pytest.fixture(scope="module")
+def talkative_gguf(tmp_path_factory) -> tuple[Path, Path]:
+    """A tiny model that keeps talking: the shared one (tied embeddings) says "\n" over and
+    over, which the loop guard stops after 256 tokens; this one's greedy replies wander
+    through the ring's evictions without an exact cycle. Its GGUF and a warm weight cache."""
+    folder = tmp_path_factory.mktemp("talkative")
+    gguf = write_tiny_gguf(folder / "talkative.gguf", TinySpec(tied=False))
+    load_model(gguf, folder / "cache")
+    return gguf, folder / "cache"
+
+
+async def test_escape_cancels_and_a_queued_message_goes_next(make_app, raw_events,
+                                                              talkative_gguf) -> None:
     # The tiny model decodes ~2000 tok/s: ask for far more than it can make before Esc (the
-    # most a turn may ask for).
-    app = make_app(max_tokens=MAX_REPLY_TOKENS)
+    # most a turn may ask for), greedily (its sampled replies end soon).
+    gguf, cache = talkative_gguf
+    app = make_app(max_tokens=MAX_REPLY_TOKENS, model=gguf, cache_dir=cache,
+                   sampling={"temperature": 0})
     events = record_events(app)
     async with app.run_test(size=SIZE) as pilot:
         await booted(pilot, events)

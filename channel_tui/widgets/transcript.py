@@ -13,6 +13,7 @@ MAX_SHOWN = 200  # messages drawn when a transcript is rebuilt; mounting thousan
 STOP_NOTES = {
     "cancelled": "⊘ cancelled",
     "max_tokens": "… cut at the token limit",
+    "repetition": "… stopped: it was repeating itself",
     "interrupted": "⚠ interrupted: the engine exited",
     "failed": "⚠ failed",
 }

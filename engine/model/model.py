@@ -11,6 +11,7 @@ A backend that reads quantized blocks straight from the GGUF (Vulkan) skips the 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -31,8 +32,10 @@ from .weights import Weights, build_image, map_image
 
 Progress = Callable[[int, int], None]
 # 2: architecture fields in the config; 3: the tokenizer's add_bos and EOG set; 4: `name` is
-# the display name (display_name.py), not general.name; 5: the config's sliding_window.
-META_VERSION = 5
+# the display name (display_name.py), not general.name; 5: the config's sliding_window;
+# 6: the recommended sampling (general.sampling.*).
+META_VERSION = 6
+SAMPLING_PREFIX = "general.sampling."
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,9 @@ class Model:
     rope_window: RopeTables | None = None
     # The GGUF as loaded and the mappings the weights are read through (model_files.py).
     files: ModelFiles | None = None
+    # The publisher's recommended sampling, `general.sampling.<suffix>` numbers by suffix
+    # (state/sampling_defaults.py turns them into a reply's defaults).
+    recommended_sampling: dict[str, int | float] = field(default_factory=dict)
 
     def check_files(self) -> list[str]:
         """Before a turn: raise ModelFileChangedError if a file the weights are mapped from
@@ -146,7 +152,7 @@ def load_model(path: str | Path | None = None, cache_dir: str | Path | None = No
     rope_window = RopeTables(window_rope_config(config)) if WINDOW in config.kinds else None
     timings["rope_s"] = time.perf_counter() - t0
     return Model(path, fingerprint, meta["name"], config, rope, tokenizer, template, tensors,
-                 weights, timings, built, rope_window, files)
+                 weights, timings, built, rope_window, files, meta["sampling"])
 
 
 def _build_meta(model_file: ModelFile) -> dict:
@@ -161,12 +167,26 @@ def _build_meta(model_file: ModelFile) -> dict:
         "chat_template": template.source,
         "bos_token": template.bos_token,
         "eos_token": template.eos_token,
+        "sampling": recommended_sampling(model_file),
         "tensors": {
             t.name: [int(t.tensor_type), [int(x) for x in t.shape], int(t.data_offset),
                      int(t.n_bytes)]
             for t in model_file.reader.tensors
         },
     }
+
+
+def recommended_sampling(model_file: ModelFile) -> dict[str, int | float]:
+    """The GGUF's `general.sampling.*` numbers, by key suffix (strings such as `sequence`,
+    and anything not a finite number, are left out)."""
+    found = {}
+    for key in model_file.reader.fields:
+        if key.startswith(SAMPLING_PREFIX):
+            value = model_file.field(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                    and math.isfinite(value):
+                found[key[len(SAMPLING_PREFIX):]] = value
+    return found
 
 
 def _read_meta(path: Path, fingerprint: str) -> dict | None:
@@ -179,6 +199,6 @@ def _read_meta(path: Path, fingerprint: str) -> dict | None:
         isinstance(meta, dict)
         and meta.get("version") == META_VERSION
         and meta.get("fingerprint") == fingerprint
-        and {"config", "tokenizer", "chat_template", "tensors"} <= meta.keys()
+        and {"config", "tokenizer", "chat_template", "tensors", "sampling"} <= meta.keys()
     )
     return meta if ok else None

@@ -210,6 +210,12 @@ class Tokenizer:
             self._check_id(tid)
         return self._hf.decode(list(ids), skip_special_tokens=skip_special)
 
+    def token_texts(self) -> list[str]:
+        """Every token's text on its own (its decode, specials included), by id: what
+        llama.cpp's DRY sampler matches its sequence breakers against."""
+        return self._hf.decode_batch([[tid] for tid in range(self._vocab_size)],
+                                     skip_special_tokens=False)
+
     def stream_decoder(self, skip_special: bool = False) -> StreamDecoder:
         """A fresh incremental detokenizer for one generated reply."""
         return StreamDecoder(self, skip_special)

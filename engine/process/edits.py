@@ -30,17 +30,22 @@ class TurnEdits:
         runtime = self._runtime(request)
         runtime.disarm_debounce()
         report, pending = undo(runtime.session, keep_user=True)
-        self._undone(runtime, request, report)
+        # The reply taken back was sampled with `previous_seed`; unless the request names a
+        # seed, the new one is sampled with another (its end_of_turn says which).
+        self._undone(runtime, request, report,
+                     previous_seed=None if pending is None else pending.retried_seed)
         if pending is None:  # the replay found no message to answer (cannot happen)
             raise ValueError("nothing to regenerate: no message is waiting for a reply")
         self._answer(runtime, request.id, pending, request.settings,
                      request.args.get("max_tokens"))
 
-    def _undone(self: EngineServer, runtime, request: Request, report: EditReport) -> None:
+    def _undone(self: EngineServer, runtime, request: Request, report: EditReport,
+                **extra) -> None:
         self.emit({"type": "undone", "req": request.id, "session": runtime.name,
                    "method": report.method, "reason": report.reason or None,
                    "retracted": report.retracted, "dropped_slots": report.dropped_slots,
-                   "ms": round(report.ms, 3), "transcript": transcript_fields(runtime.session)})
+                   "ms": round(report.ms, 3), **extra,
+                   "transcript": transcript_fields(runtime.session)})
         self._emit_ring(runtime, request.id)
 
     def _on_fork(self: EngineServer, request: Request) -> None:

@@ -36,6 +36,12 @@ class TranscriptEntry(TypedDict, total=False):
     stop: str | None
     in_reply_to: str | None  # a reply: the message it answers (listed right after it)
     hidden: bool  # retracted, or a retraction or fork marker: front ends leave it out
+    # A reply, where its event has them: time to first token, prompt and decode speed, and
+    # the seed it was sampled with.
+    ttft_ms: float
+    prefill_tok_s: float
+    decode_tok_s: float
+    seed: int
 
 
 class Booted(Event, total=False):  # also `restored`
@@ -72,8 +78,10 @@ class EndOfTurn(Event, total=False):
     event_id: str
     prompt_tokens: int
     decode_tokens: int
+    ttft_ms: float  # time to first token: reading the message, then the first token
     prefill_tok_s: float
     decode_tok_s: float
+    seed: int  # the seed the reply was sampled with (absent for a greedy reply)
     clock: int
 
 
@@ -83,6 +91,7 @@ class Undone(Event, total=False):
     retracted: list[str]  # the stream ids taken back out
     dropped_slots: int
     ms: float
+    previous_seed: int  # a regenerate: the seed of the reply it took back, if sampled
     transcript: list[TranscriptEntry]
 
 

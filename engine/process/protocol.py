@@ -25,7 +25,7 @@ from ..paths import (  # noqa: F401 (SESSION_NAME, default_data_dir: shared with
     ensure_private_dir,
     session_name_problem,
 )
-from ..state.sampling import MAX_REPLY_TOKENS, SamplingSettings
+from ..state.sampling import MAX_REPLY_TOKENS, REQUEST_FIELDS, checked_overrides
 from ..text import decode_utf8, parse_json, utf8_size
 
 PROTOCOL_VERSION = 1
@@ -103,10 +103,10 @@ class Field:
 
 
 SESSION = Field(str, _session)
-# A reply's settings: `turn` and `regenerate` take them. Ranges are SamplingSettings'.
+# A reply's settings: `turn` and `regenerate` take them. Ranges are SamplingSettings'; a
+# setting left out is the model's default (state/sampling_defaults.py).
 REPLY_OPTIONS = {"max_tokens": Field(int, _between(0, MAX_REPLY_TOKENS)),
-                 "temperature": Field(float), "top_k": Field(int), "top_p": Field(float),
-                 "seed": Field(int)}
+                 **{name: Field(kind) for name, kind in REQUEST_FIELDS.items()}}
 # Request type -> (required fields, optional fields), one line each.
 REQUESTS: dict[str, tuple[dict[str, Field], dict[str, Field]]] = {
     "hello": ({}, {"client": Field(str, _name),
@@ -125,7 +125,7 @@ REQUESTS: dict[str, tuple[dict[str, Field], dict[str, Field]]] = {
     "close": ({"session": SESSION}, {}),
     "shutdown": ({}, {}),
 }
-SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "seed")
+SAMPLING_FIELDS = tuple(REQUEST_FIELDS)
 
 
 class ProtocolError(ValueError):
@@ -141,7 +141,9 @@ class Request:
     type: str
     id: object = None  # echoed back as "req" on every event the request causes
     args: dict = field(default_factory=dict)
-    settings: SamplingSettings | None = None  # a reply's, checked with the rest
+    # A reply's sampling settings as the request gave them, each checked; the engine lays
+    # them over the model's defaults (empty: the defaults).
+    settings: dict[str, float | int] | None = None
 
     @property
     def session(self) -> str | None:
@@ -179,7 +181,7 @@ def parse_request(line: str | bytes, limits: Limits | None = None) -> Request:
     settings = None
     if optional is REPLY_OPTIONS:
         try:
-            settings = SamplingSettings(**{k: args[k] for k in SAMPLING_FIELDS if k in args})
+            settings = checked_overrides({k: args[k] for k in SAMPLING_FIELDS if k in args})
         except ValueError as exc:
             raise ProtocolError(f"{kind}: {exc}", request_id) from None
     return Request(kind, request_id, args, settings)

@@ -136,6 +136,11 @@ def save_fields(result: SaveResult) -> dict:
     return fields
 
 
+# What a reply's event keeps of how it was made, passed on so a front end can show it after a
+# restart: its speed figures and the seed it was sampled with.
+REPLY_FIGURES = ("ttft_ms", "prefill_tok_s", "decode_tok_s", "seed")
+
+
 def transcript_fields(session: Session) -> list[dict]:
     """Every event of the stream, as front ends show them (withdrawn messages included).
     `hidden` marks what an undo took back, the retractions themselves and a fork's marker:
@@ -144,5 +149,6 @@ def transcript_fields(session: Session) -> list[dict]:
     retracted = {i for e in events for i in retracted_ids(e)}
     return [{"id": e.id, "role": e.role, "content": e.content, "ts": e.ts,
              "stop": e.extra.get("stop"), "in_reply_to": reply_target(e),
-             "hidden": e.id in retracted or bool(retracted_ids(e)) or is_marker(e)}
+             "hidden": e.id in retracted or bool(retracted_ids(e)) or is_marker(e),
+             **{k: e.extra[k] for k in REPLY_FIGURES if k in e.extra}}
             for e in events]

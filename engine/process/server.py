@@ -24,7 +24,7 @@ from ..session.answering import TurnResult
 from ..session.owner import acquire_session
 from ..session.session import Session
 from ..session.turns import PendingTurn
-from ..state.sampler import SamplingSettings
+from ..state.sampling_defaults import defaults_for
 from .edits import TurnEdits
 from .protocol import (
     PROTOCOL_VERSION,
@@ -254,8 +254,10 @@ class EngineServer(TurnEdits, SnapshotRequests, StreamPolling):
                      request.args.get("max_tokens"))
 
     def _answer(self, runtime: SessionRuntime, request_id, pending: PendingTurn,
-                settings: SamplingSettings | None = None,
+                asked: dict[str, float | int] | None = None,
                 max_tokens: int | None = None) -> TurnResult:
+        """Answer a logged message with the model's default sampling, overridden by what
+        the request `asked` for (docs/protocol.md, "Sampling")."""
         runtime.disarm_debounce()
         runtime.cancel.clear()
         if self.stopping.is_set():
@@ -274,8 +276,10 @@ class EngineServer(TurnEdits, SnapshotRequests, StreamPolling):
         if max_tokens is None:  # a message found waiting says what its sender asked for
             max_tokens = DEFAULT_MAX_TOKENS if pending.max_tokens is None else pending.max_tokens
         try:
+            settings = defaults_for(runtime.session.model.recommended_sampling).with_overrides(
+                asked or {})
             result = runtime.session.respond(
-                pending, settings or SamplingSettings(), max_tokens, on_text=on_text,
+                pending, settings, max_tokens, on_text=on_text,
                 should_stop=runtime.cancel.is_set, shutting_down=self.stopping.is_set)
         finally:
             runtime.turn_active = False
@@ -283,8 +287,7 @@ class EngineServer(TurnEdits, SnapshotRequests, StreamPolling):
         self.emit({"type": "end_of_turn", "req": request_id, "session": name,
                    "reply": result.reply, "stop": result.stop, "event_id": result.event_id,
                    "prompt_tokens": result.prompt_tokens, "decode_tokens": len(result.reply_ids),
-                   "prefill_tok_s": round(result.prefill_tok_s, 2),
-                   "decode_tok_s": round(result.decode_tok_s, 2), "clock": ring.clock})
+                   **result.speed_fields(), "seed": result.seed, "clock": ring.clock})
         self._emit_ring(runtime, request_id)
         if not self.stopping.is_set():
             runtime.arm_debounce(self.debounce_s, lambda: self.jobs.put(("autosave", name)))

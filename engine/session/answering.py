@@ -14,12 +14,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..conversation import StopCheck
 from ..snapshot.writer import SnapshotStatus
 from ..state.sampler import SamplingSettings
+from ..state.sampling import another_seed
 from .replay import IN_REPLY_TO, WITHDRAWS, taken_in, withdrawn_ids
 from .stream import StreamEvent
 from .turns import MAX_TOKENS, LastTurn, PendingTurn, TurnPoint, asked_max_tokens
@@ -41,6 +42,8 @@ class TurnResult:
     prefill_s: float
     decode_s: float
     event_id: str | None  # the assistant event written to the stream, if one was
+    seed: int | None = None  # the seed the reply was sampled with; None: greedy
+    first_token_s: float = 0.0  # from the end of the prefill to the first token
 
     @property
     def prefill_tok_s(self) -> float:
@@ -49,6 +52,17 @@ class TurnResult:
     @property
     def decode_tok_s(self) -> float:
         return len(self.reply_ids) / self.decode_s if self.decode_s > 0 else 0.0
+
+    @property
+    def ttft_ms(self) -> float:
+        """Time to first token: reading the message, then sampling the reply's first token
+        (a regenerate reads nothing)."""
+        return (self.prefill_s + self.first_token_s) * 1e3
+
+    def speed_fields(self) -> dict[str, float]:
+        """The figures people compare, as the reply's event and end_of_turn carry them."""
+        return {"ttft_ms": round(self.ttft_ms, 1), "prefill_tok_s": round(self.prefill_tok_s, 2),
+                "decode_tok_s": round(self.decode_tok_s, 2)}
 
 
 class Answering:
@@ -158,18 +172,23 @@ class Answering:
             if piece and on_text is not None:
                 on_text(piece)
 
+        if settings.seed is None and turn.retried_seed is not None and not settings.greedy:
+            settings = replace(settings, seed=another_seed(turn.retried_seed))
         gen = self.conversation.generate(settings, max_tokens, self.stop_ids, emit, should_stop)
         reply = self.model.tokenizer.decode(gen.ids)
         self.conversation.ingest(self.transcript.close_assistant(reply))
+        result = TurnResult(reply, gen.ids, gen.stop, len(turn.prompt), prefill_s, gen.decode_s,
+                            None, gen.seed, gen.first_token_s)
+        # The settings and seed make the reply reproducible from the state before it; the
+        # speed figures stay with it across restarts.
+        seed = {} if gen.seed is None else {"seed": gen.seed}
         event = self.stream.append(
             "assistant", reply, tokens=gen.ids, model=self.model.fingerprint, stop=gen.stop,
-            temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
-            **{IN_REPLY_TO: turn.event.id},
+            **settings.record(), **seed, **result.speed_fields(), **{IN_REPLY_TO: turn.event.id},
         )
         self.last_event_id = event.id
         self.last_turn = LastTurn(turn.event.id, event.id, before, prompted, conv.ring.clock)
-        return TurnResult(reply, gen.ids, gen.stop, len(turn.prompt), prefill_s, gen.decode_s,
-                          event.id)
+        return replace(result, event_id=event.id)
 
     def _withdraw(self: Session, turn: PendingTurn, stop: str) -> StreamEvent:
         """Take a message the ring holds only part of back out: log that it is withdrawn

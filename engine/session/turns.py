@@ -49,6 +49,8 @@ class PendingTurn:
     # point before the prompt, kept from the turn that is being regenerated.
     prefilled: TurnPoint | None = None
     max_tokens: int | None = None  # what the message's sender asked for, if it said
+    # A regenerate: the seed of the reply it took back, so that the new one draws another.
+    retried_seed: int | None = None
 
 
 def asked_max_tokens(event: StreamEvent) -> int | None:

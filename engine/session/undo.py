@@ -7,6 +7,10 @@ undo rolls back to the first; a regenerate to the second, and decodes again from
 logits. Either way a retraction is appended to the stream first (`retracts: [ids]`, never a
 rewrite: docs/stream.md), so a replay, a warm boot and the transcript all agree.
 
+A regenerate answers with another seed than the reply it took back (unless asked for one):
+the pending turn carries that reply's recorded seed (`retried_seed`), and the answer derives
+a new one from it (session/answering.py).
+
 When the ring cannot be rolled back (it evicted or rebased during the turn, the engine
 restarted since, another program appended after it), the state is rebuilt from the snapshot
 and the stream instead, and the report says so.
@@ -15,9 +19,10 @@ and the stream instead, and the report says so.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from ..state.sampling import SEED_LIMIT
 from .replay import RETRACTS, taken_in, withdrawn_ids
 from .stream import StreamEvent
 from .turns import PendingTurn, TurnPoint
@@ -93,9 +98,18 @@ def undo(session: Session, keep_user: bool = False) -> tuple[EditReport, Pending
     else:
         session.rebuild()  # the retraction is in the stream: the rebuild leaves them out
         pending = session.begin_pending() if keep_user else None
+    if pending is not None:
+        pending = replace(pending, retried_seed=reply_seed(reply))
     report = EditReport("rollback" if problem is None else "replay", problem or "",
                         retraction, retracted, dropped, (time.perf_counter() - t0) * 1e3)
     return report, pending
+
+
+def reply_seed(reply: StreamEvent) -> int | None:
+    """The seed a reply was sampled with, as its event recorded it (None: greedy, or older)."""
+    seed = reply.extra.get("seed")
+    ok = isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < SEED_LIMIT
+    return seed if ok else None
 
 
 def _again(session: Session, user: StreamEvent, before: TurnPoint) -> PendingTurn:

@@ -92,10 +92,19 @@ def conversation_layout(cfg: ModelConfig, policy: RingPolicy,
     lay.add("p_causal", f32, (C, C))  # constant: 0 on and below the diagonal, -inf above
     lay.add("p_xn", f32, (C, d))  # final-normed hidden rows of a prefill chunk
 
-    # Sampler scratch.
-    lay.add("probs", f32, (V,))
-    lay.add("sorted_probs", f32, (V,))
-    lay.add("cum_probs", f32, (V,))
+    # Sampler scratch (sampler.py, sampler_stages.py): the chain works over the whole
+    # vocabulary, then over a candidate list sorted by logit, without allocating.
+    lay.add("sample_logits", f32, (V,))  # the logits the chain edits (penalties, DRY)
+    lay.add("sample_keys", np.uint64, (V,))  # sort keys: order bits << 32 | index
+    lay.add("sample_bits", np.uint32, (V,))  # the order bits being built
+    lay.add("vocab_ids", np.uint64, (V,))  # constant: 0, 1, ..., V-1
+    lay.add("cand_logit", f32, (V,))  # candidates, best first
+    lay.add("cand_id", np.int64, (V,))  # their token ids
+    lay.add("cand_p", f32, (V,))  # their probabilities (softmax of cand_logit)
+    lay.add("cand_cum", f32, (V,))  # cumulative probabilities
+    lay.add("cand_mask", np.bool_, (V,))
+    lay.add("spare_logit", f32, (V,))  # where typical-p regathers the candidates it keeps
+    lay.add("spare_id", np.int64, (V,))
 
     # Ring maintenance scratch: eviction and rebase never allocate either.
     lay.add("evict_key", f32, (S,))
@@ -214,3 +223,4 @@ class StateArena:
         causal[:] = 0.0
         causal[np.triu_indices(causal.shape[0], k=1)] = -np.inf
         self._views.slot_index[:] = np.arange(self._views.slot_index.shape[0])
+        self._views.vocab_ids[:] = np.arange(self._views.vocab_ids.shape[0], dtype=np.uint64)
