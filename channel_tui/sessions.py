@@ -14,6 +14,8 @@ from pathlib import Path
 
 from engine.paths import SNAPSHOT_SUFFIX, STREAM_SUFFIX, SessionFiles
 
+from .settings import load_settings, summary
+
 TAIL_BYTES = 64 * 1024  # enough for the last few messages of any stream
 
 
@@ -24,6 +26,7 @@ class SessionInfo:
     size_bytes: int  # stream plus snapshot
     last_saved: float | None  # the snapshot's mtime, None when there is none
     last_active: float  # the newest mtime of its files
+    settings: str = "model defaults"  # its reply settings, in brief (settings.summary)
 
 
 def list_sessions(data_dir: Path) -> list[SessionInfo]:
@@ -51,7 +54,8 @@ def _info(data_dir: Path, name: str) -> SessionInfo:
         last_active = max(last_active, st.st_mtime)
         if path is snap:
             last_saved = st.st_mtime
-    return SessionInfo(name, last_message(stream), size, last_saved, last_active)
+    return SessionInfo(name, last_message(stream), size, last_saved, last_active,
+                       summary(load_settings(data_dir, name)[0]))
 
 
 def last_message(stream: Path) -> str:

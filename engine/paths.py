@@ -27,7 +27,11 @@ STREAM_SUFFIX = ".stream.jsonl"  # the transcript and write-ahead log
 SNAPSHOT_SUFFIX = ".snapshot.bin"  # the working state
 MODEL_RECORD_SUFFIX = ".model.json"  # which model the session runs on
 LOCK_SUFFIX = ".lock"  # held by the one Channel that has the session open (its pid inside)
-SESSION_SUFFIXES = (STREAM_SUFFIX, SNAPSHOT_SUFFIX, MODEL_RECORD_SUFFIX, LOCK_SUFFIX)
+# A front end's reply settings for the session (sampling, max_tokens), sent with each turn;
+# the engine never reads it, only a fork copies it along.
+SETTINGS_SUFFIX = ".settings.json"
+SESSION_SUFFIXES = (STREAM_SUFFIX, SNAPSHOT_SUFFIX, MODEL_RECORD_SUFFIX, LOCK_SUFFIX,
+                    SETTINGS_SUFFIX)
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,10 @@ class SessionFiles:
     @property
     def model_record(self) -> Path:
         return self.data_dir / f"{self.name}{MODEL_RECORD_SUFFIX}"
+
+    @property
+    def settings(self) -> Path:
+        return self.data_dir / f"{self.name}{SETTINGS_SUFFIX}"
 
     @property
     def lock(self) -> Path:

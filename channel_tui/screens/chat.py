@@ -29,9 +29,10 @@ from ..widgets.transcript import AssistantMessage, Transcript, UserMessage
 from .chat_answers import Answer, ChatAnswers
 from .chat_edits import ChatEdits
 from .chat_events import ChatEvents
+from .chat_settings import ChatSettings
 
 
-class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, Screen):
+class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatSettings, Screen):
     # One line per key: the footer, the help screen (F1) and the command palette (Ctrl+P)
     # are all made from these (description: the short label; tooltip: what it does).
     BINDINGS = [
@@ -63,6 +64,9 @@ class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, Screen):
                 tooltip="Show or hide the ring view (the model's working memory)"),
         Binding("f5", "models", "Models", priority=True, id="models",
                 tooltip="Choose a model (GGUFs found on this machine) for a new session"),
+        Binding("f6", "settings", "Settings", priority=True, id="settings", show=False,
+                tooltip="This session's reply settings: temperature, top-p, min-p, "
+                        "repetition penalty, max tokens"),
     ]
 
     # The screen's state; each watcher below is the one place its widgets follow it.
@@ -85,6 +89,7 @@ class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, Screen):
         self.queued_widget: UserMessage | None = None  # that message, shown as pending
         self.fatal_message: str | None = None
         self.restart_note: str | None = None  # shown after the transcript is rebuilt
+        self.settings: dict[str, float | int] = {}  # the session's reply settings (F6)
 
     def compose(self) -> ComposeResult:
         # Kept for the handlers and watchers: the layout never changes, so each widget is
@@ -161,6 +166,7 @@ class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, Screen):
         self.session_open = False
         self.answers.clear()  # the last session's requests: their events are ignored now
         self.status_bar.clear_session(name)
+        self.load_session_settings(name)
         self.banner.show(f"Opening session {name!r}…" +
                          (" (cold: ignoring the snapshot)" if cold else ""))
         fields: dict[str, object] = {"session": name}
@@ -225,9 +231,8 @@ class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, Screen):
             self.queued_widget = None
 
     async def send_turn(self, text: str) -> bool:
-        options = self.engine.options
         request_id = self.send("turn", self.turn_answer(), session=self.session, text=text,
-                               max_tokens=options.max_tokens, **options.sampling)
+                               **self.reply_fields())
         if request_id is None:
             return False
         self.messages.append(ChatMessage("user", text))

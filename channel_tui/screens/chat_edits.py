@@ -36,9 +36,8 @@ class ChatEdits:
     def action_regenerate(self) -> None:
         if not self._can_edit("regenerate"):
             return
-        options = self.engine.options
         if self.send("regenerate", self.turn_answer(), session=self.session,
-                     max_tokens=options.max_tokens, **options.sampling) is not None:
+                     **self.reply_fields()) is not None:
             self.note("Regenerating the last reply…")
 
     def action_undo(self) -> None:

@@ -14,6 +14,7 @@ from textual.widgets import DataTable, Static
 
 from .. import format as fmt
 from ..sessions import SessionInfo, list_sessions
+from ..settings import load_settings, summary
 
 
 class SessionListScreen(ModalScreen[str | None]):
@@ -40,18 +41,20 @@ class SessionListScreen(ModalScreen[str | None]):
         now = self.now if self.now is not None else time.time()
         self.sessions = list_sessions(self.data_dir)
         if not any(s.name == self.current for s in self.sessions):
-            self.sessions.insert(0, SessionInfo(self.current, "", 0, None, now))
+            # Not on disk yet, but its settings may be (saved before its first message).
+            self.sessions.insert(0, SessionInfo(self.current, "", 0, None, now, summary(
+                load_settings(self.data_dir, self.current)[0])))
         table = self.query_one(DataTable)
         table.add_column("", key="mark")
         table.add_column("Name", key="name")
-        table.add_column("Last message", key="last", width=34)
+        table.add_column("Last message", key="last", width=30)
+        table.add_column("Settings", key="settings")
         table.add_column("Size", key="size")
         table.add_column("Last saved", key="saved")
         for info in self.sessions:
-            last = info.last_message if len(info.last_message) <= 34 else \
-                info.last_message[:33] + "…"
+            last = _fit(info.last_message, 30)
             table.add_row("●" if info.name == self.current else "", info.name, last,
-                          fmt.size(info.size_bytes),
+                          _fit(info.settings, 26), fmt.size(info.size_bytes),
                           fmt.ago(info.last_saved, now) if info.last_saved else "never",
                           key=info.name)
         self.query_one("#sessions-empty", Static).display = False
@@ -74,3 +77,7 @@ class SessionListScreen(ModalScreen[str | None]):
 
     def action_dismiss_none(self) -> None:
         self.dismiss(None)
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -128,6 +128,26 @@ REQUESTS: dict[str, tuple[dict[str, Field], dict[str, Field]]] = {
 SAMPLING_FIELDS = tuple(REQUEST_FIELDS)
 
 
+def reply_options_problem(options: dict[str, object]) -> str | None:
+    """What is wrong with a reply's settings (`turn`'s max_tokens and sampling fields), in
+    the words the engine would refuse them with, or None: a front end checks a settings form
+    with the engine's own ranges before it sends anything."""
+    for name, value in options.items():
+        spec = REPLY_OPTIONS.get(name)
+        if spec is None:
+            return f"unknown setting {name!r}"
+        if _typed(value, spec.type) is None:
+            return f"{name} must be {spec.type.__name__}, got {type(value).__name__}"
+        problem = spec.check(value, Limits()) if spec.check else None
+        if problem:
+            return f"{name} {problem}"
+    try:
+        checked_overrides({k: v for k, v in options.items() if k in SAMPLING_FIELDS})
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 class ProtocolError(ValueError):
     """A request line that cannot be served; the message names what was wrong."""
 

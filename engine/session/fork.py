@@ -74,16 +74,22 @@ def _write_fork(src: SessionFiles, new: SessionFiles, lines: list[str], failed: 
     session without its stream does not exist); on failure, none is left behind."""
     _check_new(new)  # again, now that no one else may create it
     snapshot_bytes = 0
+    copied_settings = False
     try:
         # The fork runs on the source's model: without its record it would open on the
         # default model, refuse the copied snapshot and record the wrong model for good.
         if os.path.lexists(src.model_record):
             _copy_file(src.model_record, new.model_record)
+        if os.path.lexists(src.settings):  # the front end's reply settings go along
+            _copy_file(src.settings, new.settings)  # over any left from a name never used
+            copied_settings = True
         if os.path.lexists(src.snapshot):
             snapshot_bytes = _copy_file(src.snapshot, new.snapshot)
         _write_new(new.stream, ("\n".join(lines) + "\n").encode("utf-8"))
     except BaseException as exc:
-        for written in (new.snapshot, new.model_record):  # none existed before (checked)
+        # None of these existed before (checked), nor did the settings if we copied them.
+        for written in (new.snapshot, new.model_record,
+                        *((new.settings,) if copied_settings else ())):
             with contextlib.suppress(OSError):
                 written.unlink(missing_ok=True)
         if isinstance(exc, OSError):

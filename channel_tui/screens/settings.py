@@ -1,0 +1,88 @@
+"""F6: the session's reply settings (temperature, top-p, min-p, repetition penalty, max
+tokens). Each input is checked as it is typed, with the engine's ranges, and says what is
+wrong on one line under it; an empty input is the model's default. Enter saves them all (the
+chat screen writes them beside the session and sends them with every turn); Esc cancels.
+"""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, Label, Static
+
+from ..settings import FIELDS, SettingField, Settings, parse_field
+
+
+class SettingsScreen(ModalScreen[Settings | None]):
+    BINDINGS = [
+        Binding("escape", "dismiss_none", "Cancel"),
+        Binding("ctrl+d", "defaults", "Model defaults"),
+    ]
+
+    def __init__(self, session: str, settings: Settings) -> None:
+        super().__init__()
+        self.session = session
+        self.settings = dict(settings)
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="settings-box", classes="dialog") as box:
+            box.border_title = f"Settings · session {self.session}"
+            yield Static("Empty: the model's default (its GGUF's recommended value, else "
+                         "llama.cpp's).", id="settings-about")
+            for spec in FIELDS:
+                value = self.settings.get(spec.name)
+                yield Label(spec.label, classes="settings-label")
+                yield Input("" if value is None else f"{value:g}", id=f"set-{spec.name}",
+                            placeholder=f"default · {spec.hint}")
+                yield Static("", id=f"set-{spec.name}-error", classes="settings-error")
+            yield Static("Enter saves · Ctrl+D clears all (model defaults) · Esc cancels",
+                         classes="dialog-hint")
+
+    def on_mount(self) -> None:
+        for spec in FIELDS:
+            self._error_line(spec).display = False
+
+    def _input(self, spec: SettingField) -> Input:
+        return self.query_one(f"#set-{spec.name}", Input)
+
+    def _error_line(self, spec: SettingField) -> Static:
+        return self.query_one(f"#set-{spec.name}-error", Static)
+
+    def _check(self, spec: SettingField) -> tuple[float | int | None, str | None]:
+        value, problem = parse_field(spec, self._input(spec).value)
+        line = self._error_line(spec)
+        line.update(problem or "")
+        line.display = problem is not None
+        self._input(spec).set_class(problem is not None, "-invalid")
+        return value, problem
+
+    @on(Input.Changed)
+    def changed(self, event: Input.Changed) -> None:
+        spec = next((f for f in FIELDS if event.input.id == f"set-{f.name}"), None)
+        if spec is not None:
+            self._check(spec)
+
+    @on(Input.Submitted)
+    def submitted(self, event: Input.Submitted) -> None:
+        settings: Settings = {}
+        first_bad: Input | None = None
+        for spec in FIELDS:
+            value, problem = self._check(spec)
+            if problem is not None and first_bad is None:
+                first_bad = self._input(spec)
+            if value is not None:
+                settings[spec.name] = value
+        if first_bad is not None:
+            first_bad.focus()
+            return
+        self.dismiss(settings)
+
+    def action_defaults(self) -> None:
+        for spec in FIELDS:
+            self._input(spec).value = ""
+
+    def action_dismiss_none(self) -> None:
+        self.dismiss(None)
