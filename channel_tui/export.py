@@ -18,6 +18,7 @@ class ChatMessage:
     id: str | None = None
     ts: str | None = None
     stop: str | None = None
+    stats: str = ""  # a reply's speed figures, as shown under it (format.reply_stats)
 
 
 ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System prompt"}

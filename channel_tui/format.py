@@ -23,6 +23,23 @@ def ms(value: float | None) -> str:
     return f"{minutes:.0f} min {seconds:.0f} s"
 
 
+def reply_stats(figures: dict) -> str:
+    """A reply's speed figures, as people compare them: '7 tokens · first token 52 ms ·
+    prompt 250 tok/s · reply 42.0 tok/s'. Takes an `end_of_turn` or a boot transcript's
+    reply (which has no token count); a figure missing or zero (a regenerate reads no prompt)
+    is left out."""
+    parts = []
+    if figures.get("decode_tokens") is not None:
+        parts.append(plural(figures["decode_tokens"], "token"))
+    if figures.get("ttft_ms"):
+        parts.append(f"first token {ms(figures['ttft_ms'])}")
+    if figures.get("prefill_tok_s"):
+        parts.append(f"prompt {figures['prefill_tok_s']:,.0f} tok/s")
+    if figures.get("decode_tok_s") is not None:
+        parts.append(f"reply {figures['decode_tok_s']:.1f} tok/s")
+    return " · ".join(parts)
+
+
 def seconds(value: float) -> str:
     return ms(value * 1000)
 

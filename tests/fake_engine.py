@@ -25,7 +25,8 @@ TRANSCRIPT = [
      "content": "How do I reverse a list in Python?", "stop": None},
     {"id": "01JDZ0000000000000000000A1", "role": "assistant", "ts": "2026-11-29T10:00:07.000Z",
      "content": "Use **slicing** or the `reverse()` method:\n\n```python\nitems = [1, 2, 3]\n"
-                "items.reverse()\n```", "stop": "eot"},
+                "items.reverse()\n```", "stop": "eot", "ttft_ms": 61.0, "prefill_tok_s": 310.0,
+     "decode_tok_s": 44.5, "seed": 7},
 ]
 HOLDER_PID = 4242  # the pid a --busy refusal names
 REPLY = ["The ", "ring ", "keeps ", "the ", "**working ", "memory**", " warm."]
@@ -121,8 +122,9 @@ class Fake:
             self.emit({"type": "end_of_turn", "req": req, "session": session,
                        "reply": "".join(REPLY), "stop": "eot",
                        "event_id": "01JDZ0000000000000000000A2",
-                       "prompt_tokens": 13, "decode_tokens": 7, "prefill_tok_s": 250.0,
-                       "decode_tok_s": 42.0, "clock": self.active})
+                       "prompt_tokens": 13, "decode_tokens": 7, "ttft_ms": 52.0,
+                       "prefill_tok_s": 250.0, "decode_tok_s": 42.0, "seed": 11,
+                       "clock": self.active})
             self.ring(req, session)
             self.emit({"type": "snapshot", "session": session, "status": "pending",
                        "due_in_ms": 5000})

@@ -83,8 +83,27 @@ def test_session_list(snap_compare, tmp_path) -> None:
             snap = tmp_path / f"{name}.snapshot.bin"
             snap.write_bytes(b"\0" * snap_bytes)
             os.utime(snap, (then, then))
+    (tmp_path / "notes.settings.json").write_text('{"temperature": 0.7, "top_p": 0.9}')
     assert snap_compare(fake_app(tmp_path), terminal_size=SIZE, run_before=booted,
                         press=["ctrl+o"])
+
+
+def test_settings_screen(snap_compare, tmp_path) -> None:
+    """F6 with one setting saved and one typed out of range: its error is shown under it."""
+    (tmp_path / "default.settings.json").write_text('{"temperature": 0.7}')
+
+    async def typed(pilot) -> None:
+        await booted(pilot)
+        await pilot.press("f6")
+        await pilot.pause(0.1)
+        await pilot.click("#set-top_p")
+        await pilot.press("1", ".", "5")
+        await pilot.pause(0.1)
+        for widget in pilot.app.screen.query("Input"):
+            widget.cursor_blink = False
+        await pilot.pause(0.1)
+
+    assert snap_compare(fake_app(tmp_path), terminal_size=SIZE, run_before=typed)
 
 
 def test_boot_comparison(snap_compare, tmp_path) -> None:

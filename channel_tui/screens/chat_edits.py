@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from .chat_answers import Answer, ends_with
 
 if TYPE_CHECKING:
-    from engine.process.events import Forked, Undone
+    from engine.process.events import EndOfTurn, Forked, Undone
 
 
 class ChatEdits:
@@ -36,9 +36,27 @@ class ChatEdits:
     def action_regenerate(self) -> None:
         if not self._can_edit("regenerate"):
             return
-        if self.send("regenerate", self.turn_answer(), session=self.session,
+        if self.send("regenerate", self.regenerate_answer(), session=self.session,
                      **self.reply_fields()) is not None:
             self.note("Regenerating the last reply…")
+
+    def regenerate_answer(self) -> Answer:
+        """A turn's answer that also says, once the new reply ends, that it was sampled with
+        a new seed (the engine draws one unless the settings fix it): Ctrl+G gives another
+        answer, not the same one again."""
+        previous: dict[str, int | None] = {"seed": None}
+
+        async def undone(event: Undone) -> None:
+            previous["seed"] = event.get("previous_seed")
+            await self.handle_undone(event)
+
+        async def ended(event: EndOfTurn) -> None:
+            await self.handle_end_of_turn(event)
+            self.notify(regenerated_text(event.get("seed"), previous["seed"]),
+                        title="Regenerate")
+
+        turn = self.turn_answer()
+        return Answer({**turn.handlers, "undone": undone, "end_of_turn": ended}, turn.last)
 
     def action_undo(self) -> None:
         if self._can_edit("undo") and self.send("undo", session=self.session) is not None:
@@ -105,3 +123,14 @@ class ChatEdits:
         self.notify(f"Forked {self.session!r} as {new!r} ({event.get('events', 0)} events); "
                     "switching to the fork", title="Fork")
         await self.switch_session(new)
+
+
+def regenerated_text(seed: int | None, previous: int | None) -> str:
+    """What Ctrl+G did, in words: 'Regenerated with a new seed, 42 (was 7)'."""
+    if seed is None:
+        return "Regenerated greedily (temperature 0): the same reply comes back"
+    if previous is None:
+        return f"Regenerated with seed {seed}"
+    if seed == previous:  # a seed fixed in the settings
+        return f"Regenerated with the same seed, {seed} (fixed in the settings)"
+    return f"Regenerated with a new seed, {seed} (was {previous})"

@@ -171,7 +171,7 @@ class ChatEvents:
 
     async def _rebuild(self, event: Booted | Undone) -> None:
         self.messages = [ChatMessage(m.get("role", "?"), m.get("content", ""), m.get("id"),
-                                     m.get("ts"), m.get("stop"))
+                                     m.get("ts"), m.get("stop"), fmt.reply_stats(m))
                          for m in event.get("transcript") or [] if not m.get("hidden")]
         await self._finish_current("interrupted")
         await self.transcript.show(self.messages)
@@ -192,11 +192,10 @@ class ChatEvents:
             reply = await self._reply()
             await reply.append(event.get("reply", ""))
         stop = event.get("stop", "eot")
-        detail = (f"{event.get('decode_tokens', 0):,} tokens · "
-                  f"{event.get('decode_tok_s', 0):.1f} tok/s")
+        detail = fmt.reply_stats(event)
         await self._finish_current(stop, detail)  # and the note about the reply goes
         self.messages.append(ChatMessage("assistant", event.get("reply", ""),
-                                         event.get("event_id"), None, stop))
+                                         event.get("event_id"), None, stop, detail))
         self.status_bar.tok_s = event.get("decode_tok_s")
         await self.send_queued()
 

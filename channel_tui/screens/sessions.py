@@ -47,14 +47,14 @@ class SessionListScreen(ModalScreen[str | None]):
         table = self.query_one(DataTable)
         table.add_column("", key="mark")
         table.add_column("Name", key="name")
-        table.add_column("Last message", key="last", width=30)
+        table.add_column("Last message", key="last", width=24)
         table.add_column("Settings", key="settings")
         table.add_column("Size", key="size")
         table.add_column("Last saved", key="saved")
         for info in self.sessions:
-            last = _fit(info.last_message, 30)
+            last = _fit(info.last_message, 24)
             table.add_row("●" if info.name == self.current else "", info.name, last,
-                          _fit(info.settings, 26), fmt.size(info.size_bytes),
+                          _fit(info.settings, 20), fmt.size(info.size_bytes),
                           fmt.ago(info.last_saved, now) if info.last_saved else "never",
                           key=info.name)
         self.query_one("#sessions-empty", Static).display = False

@@ -65,19 +65,20 @@ class Note(Static):
 class AssistantMessage(Remembered, Vertical):
     """A reply; while it streams, tokens go through Textual's MarkdownStream."""
 
-    def __init__(self, text: str = "", stop: str | None = None) -> None:
+    def __init__(self, text: str = "", stop: str | None = None, detail: str = "") -> None:
         super().__init__(classes="message assistant")
         self.title = self.border_title = "assistant"
         self.text = text
         self.stop = stop
+        self.detail = detail  # the speed figures under a finished reply
         self._stream: MarkdownStream | None = None
 
     def compose(self) -> ComposeResult:
         yield Markdown(self.text or "", classes="body")
-        yield Static(STOP_NOTES.get(self.stop or "", ""), classes="stop-note")
+        yield Static("", classes="stop-note")
 
     def on_mount(self) -> None:
-        self._show_stop()
+        self._show_stop(self.detail)
 
     async def append(self, piece: str) -> None:
         if self._stream is None:
@@ -92,6 +93,7 @@ class AssistantMessage(Remembered, Vertical):
             self._stream = None
         self.remove_class("streaming")
         self.stop = stop
+        self.detail = detail
         self._show_stop(detail)
 
     def _show_stop(self, detail: str = "") -> None:
@@ -150,7 +152,7 @@ class Transcript(VerticalScroll):
         if message.role == "user":
             return UserMessage(message.content)
         if message.role == "assistant":
-            return AssistantMessage(message.content, message.stop)
+            return AssistantMessage(message.content, message.stop, message.stats)
         return SystemMessage(message.content)
 
     async def add_user(self, text: str, via: str | None = None) -> UserMessage:
