@@ -139,6 +139,23 @@ def test_issue31_defect5_a_fork_keeps_the_source_model_record(tiny_model, tmp_pa
         fork_session(tmp_path, "src", "copy")
 
 
+def test_a_fork_takes_the_source_reply_settings_along(tiny_model, tmp_path) -> None:
+    """The front end's `<session>.settings.json` (issue 29) goes with a fork; a source
+    without one gives a fork without one, and a settings file left under the new name by a
+    session never used does not count as that session existing."""
+    source = Session(tiny_model, tmp_path, "src", POLICY)
+    source.boot()
+    source.turn("hello", GREEDY, max_tokens=3)
+    settings = tmp_path / "src.settings.json"
+    settings.write_text('{"temperature": 0.7}\n')
+    (tmp_path / "copy.settings.json").write_text('{"top_p": 0.5}\n')  # never used
+    fork_session(tmp_path, "src", "copy")
+    assert (tmp_path / "copy.settings.json").read_text() == settings.read_text()
+    settings.unlink()
+    fork_session(tmp_path, "src", "bare")
+    assert not (tmp_path / "bare.settings.json").exists()
+
+
 def test_engine_undo_regenerate_and_fork_requests(engine, tmp_path) -> None:
     e = engine()
     e.request({"type": "open", "session": "s"}, "booted")

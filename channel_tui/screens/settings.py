@@ -19,7 +19,7 @@ from ..settings import FIELDS, SettingField, Settings, parse_field
 class SettingsScreen(ModalScreen[Settings | None]):
     BINDINGS = [
         Binding("escape", "dismiss_none", "Cancel"),
-        Binding("ctrl+d", "defaults", "Model defaults"),
+        Binding("ctrl+r", "defaults", "Model defaults"),
     ]
 
     def __init__(self, session: str, settings: Settings) -> None:
@@ -38,7 +38,7 @@ class SettingsScreen(ModalScreen[Settings | None]):
                 yield Input("" if value is None else f"{value:g}", id=f"set-{spec.name}",
                             placeholder=f"default · {spec.hint}")
                 yield Static("", id=f"set-{spec.name}-error", classes="settings-error")
-            yield Static("Enter saves · Ctrl+D clears all (model defaults) · Esc cancels",
+            yield Static("Enter saves · Ctrl+R clears all (model defaults) · Esc cancels",
                          classes="dialog-hint")
 
     def on_mount(self) -> None:
