@@ -9,7 +9,7 @@ from __future__ import annotations
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
@@ -34,9 +34,10 @@ class SettingsScreen(ModalScreen[Settings | None]):
                          "llama.cpp's).", id="settings-about")
             for spec in FIELDS:
                 value = self.settings.get(spec.name)
-                yield Label(spec.label, classes="settings-label")
-                yield Input("" if value is None else f"{value:g}", id=f"set-{spec.name}",
-                            placeholder=f"default · {spec.hint}")
+                with Horizontal(classes="settings-row"):
+                    yield Label(spec.label, classes="settings-label")
+                    yield Input("" if value is None else f"{value:g}", id=f"set-{spec.name}",
+                                placeholder=f"default · {spec.hint}", compact=True)
                 yield Static("", id=f"set-{spec.name}-error", classes="settings-error")
             yield Static("Enter saves · Ctrl+R clears all (model defaults) · Esc cancels",
                          classes="dialog-hint")
