@@ -30,6 +30,7 @@ from .chat_answers import Answer, ChatAnswers
 from .chat_edits import ChatEdits
 from .chat_events import ChatEvents
 from .chat_settings import ChatSettings
+from .long_message import LongMessageScreen, too_long
 
 
 class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatSettings, Screen):
@@ -65,8 +66,7 @@ class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatSettings, Screen):
         Binding("f5", "models", "Models", priority=True, id="models",
                 tooltip="Choose a model (GGUFs found on this machine) for a new session"),
         Binding("f6", "settings", "Settings", priority=True, id="settings", show=False,
-                tooltip="This session's reply settings: temperature, top-p, min-p, "
-                        "repetition penalty, max tokens"),
+                tooltip="This session's reply settings (temperature, top-p, max tokens…)"),
     ]
 
     # The screen's state; each watcher below is the one place its widgets follow it.
@@ -90,6 +90,7 @@ class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatSettings, Screen):
         self.fatal_message: str | None = None
         self.restart_note: str | None = None  # shown after the transcript is rebuilt
         self.settings: dict[str, float | int] = {}  # the session's reply settings (F6)
+        self.ring_slots: int | None = None  # the open session's ring size (`booted`)
 
     def compose(self) -> ComposeResult:
         # Kept for the handlers and watchers: the layout never changes, so each widget is
@@ -211,6 +212,14 @@ class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatSettings, Screen):
             await self._queue(text)
             self.prompt.remember(text)
             self.prompt.clear()
+            return
+        if too_long(text, self.ring_slots):  # ask first: send anyway, or back to edit it
+            async def answered(send: bool | None) -> None:
+                if send and not self.busy and await self.send_turn(text):
+                    self.prompt.remember(text)
+                    self.prompt.clear()
+
+            self.app.push_screen(LongMessageScreen(text, self.ring_slots or 0), answered)
             return
         if await self.send_turn(text):
             self.prompt.remember(text)

@@ -131,6 +131,7 @@ class ChatEvents:
         await self._rebuild(event)
         self.banner.show_boot(event)
         self.session_open = True
+        self.ring_slots = event.get("ring_slots") or self.ring_slots
         status = self.status_bar
         if event.get("model"):  # sessions run on their own models (docs/models.md)
             status.model = event["model"]
