@@ -66,7 +66,7 @@ class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatSettings, Screen):
         Binding("f5", "models", "Models", priority=True, id="models",
                 tooltip="Choose a model (GGUFs found on this machine) for a new session"),
         Binding("f6", "settings", "Settings", priority=True, id="settings", show=False,
-                tooltip="This session's reply settings (temperature, top-p, max tokens…)"),
+                tooltip="This session's reply settings: temperature, top-p, …"),
     ]
 
     # The screen's state; each watcher below is the one place its widgets follow it.
