@@ -38,14 +38,10 @@ def test_the_repeated_run_check_finds_a_loop() -> None:
 @pytest.fixture(scope="module")
 def backend():
     """The app's default on a CPU: ggml (the numpy reference where ggml is missing)."""
-    try:
-        from engine.backends.ggml.backend import GgmlBackend
+    from engine.backends.ggml.lib import available as ggml_problem
+    from engine.backends.select import choose_backend
 
-        return GgmlBackend()
-    except ImportError:
-        from engine.backends.numpy.backend import NumpyBackend
-
-        return NumpyBackend()
+    return choose_backend("numpy" if ggml_problem() else "ggml").backend
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)

@@ -171,13 +171,16 @@ def test_defect6_a_model_file_replaced_by_rename_runs_on_with_a_warning(tmp_path
         os.utime(gguf, ns=(mtime, mtime))
         assert engine.request({"type": "turn", "session": "s", "text": "touched",
                                "max_tokens": 3}, "end_of_turn")["type"] == "end_of_turn"
-        assert not [e for e in engine.log if e["type"] == "warning"]
+        # (Where ggml is not built, a warning that numpy stands in for it comes at start.)
+        assert not [e for e in engine.log if e["type"] == "warning" and
+                    "model file" in e["message"]]
         os.replace(shutil.copy(tiny_gguf, tmp_path / "download.part"), gguf)
         for text in ("first", "second"):
             end = engine.request({"type": "turn", "session": "s", "text": text,
                                   "max_tokens": 3}, "end_of_turn")
             assert end["type"] == "end_of_turn"
-        warnings = [e["message"] for e in engine.log if e["type"] == "warning"]
+        warnings = [e["message"] for e in engine.log
+                    if e["type"] == "warning" and "model file" in e["message"]]
         assert warnings == [f"model file changed on disk; this engine keeps running on the "
                             f"model it loaded (restart Channel to load the file anew): {gguf}"]
     finally:
