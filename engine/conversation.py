@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .backends.base import Backend, HiddenCallback
+from .backends.base import Backend, HiddenCallback, ProgressCallback
 from .backends.numpy.backend import NumpyBackend
 from .model.model import Model
 from .state.arena import StateArena, conversation_layout
@@ -64,11 +64,14 @@ class Conversation:
 
     def ingest(self, tokens: Sequence[int], *, anchors: bool = False,
                on_hidden: HiddenCallback | None = None,
-               should_stop: StopCheck | None = None) -> np.ndarray | None:
-        """Prefill `tokens`; return the next-token logits, or None if stopped early."""
+               should_stop: StopCheck | None = None,
+               on_progress: ProgressCallback | None = None) -> np.ndarray | None:
+        """Prefill `tokens`; return the next-token logits, or None if stopped early (the
+        ring may then hold part of a chunk: the caller rebuilds it). `on_progress` gets the
+        tokens read so far after each prefill chunk."""
         self.model.guard_files()  # a truncated mapping raises here, not SIGBUS in the pass
         logits = self.forward.prefill(tokens, anchors=anchors, on_hidden=on_hidden,
-                                      should_stop=should_stop)
+                                      should_stop=should_stop, on_progress=on_progress)
         if logits is not None:
             self.last_logits = logits
         return logits

@@ -27,17 +27,22 @@ from ..state.arena import Allocator, ScratchPlan
 from ..state.ring import KVRing, SlotSpan
 
 HiddenCallback = Callable[[np.ndarray], None]  # receives final-normed hidden rows (C, d_model)
-ChunkPass = Callable[[SlotSpan, Sequence[int], bool], None]  # (span, chunk, is the last one)
+# (span, chunk, is the last one) -> False if the pass was stopped part-way (None: it ran)
+ChunkPass = Callable[[SlotSpan, Sequence[int], bool], "bool | None"]
+ProgressCallback = Callable[[int], None]  # receives the tokens of a prefill committed so far
 
 
 def prefill_in_chunks(ring: KVRing, tokens: Sequence[int], chunk_limit: int,
                       run_chunk: ChunkPass, *, anchors: bool = False,
                       should_stop: Callable[[], bool] | None = None,
-                      scored: bool = False) -> bool:
+                      scored: bool = False, on_progress: ProgressCallback | None = None) -> bool:
     """Every backend's prefill loop: reserve ring slots for a chunk of at most `chunk_limit`
-    tokens, run the backend's pass over it, commit it. `should_stop` is polled between chunks;
-    a stop leaves every committed chunk in place and returns False. `scored`: the pass folds
-    its mass into the ring's scores itself (KVRing.commit)."""
+    tokens, run the backend's pass over it, commit it, report the tokens done so far to
+    `on_progress`. `should_stop` is polled between chunks, and by a pass that can stop inside
+    a chunk (ggml's); a stop returns False, leaving every committed chunk in place and, if it
+    came inside one, that chunk's slots reserved and half written: the caller rebuilds the
+    state after a stop (Session._withdraw). `scored`: the pass folds its mass into the ring's
+    scores itself (KVRing.commit)."""
     if not tokens:
         raise ValueError("prefill needs at least one token")
     limit = min(chunk_limit, ring.max_admit())
@@ -48,8 +53,11 @@ def prefill_in_chunks(ring: KVRing, tokens: Sequence[int], chunk_limit: int,
             return False
         chunk = tokens[start : start + limit]
         span = ring.reserve(len(chunk))
-        run_chunk(span, chunk, start + limit >= len(tokens))
+        if run_chunk(span, chunk, start + limit >= len(tokens)) is False:
+            return False
         ring.commit(span, ring.arena.views().mass, anchors=anchors, scored=scored)
+        if on_progress is not None:
+            on_progress(start + len(chunk))
     return True
 
 
@@ -66,7 +74,8 @@ class ForwardPass:
 
     def prefill(self, tokens: Sequence[int], *, anchors: bool = False,
                 on_hidden: HiddenCallback | None = None,
-                should_stop: Callable[[], bool] | None = None) -> np.ndarray | None:
+                should_stop: Callable[[], bool] | None = None,
+                on_progress: ProgressCallback | None = None) -> np.ndarray | None:
         raise NotImplementedError
 
     def decode_one_token(self, token: int) -> np.ndarray:

@@ -64,6 +64,11 @@ class Booted(Event, total=False):  # also `restored`
     kv_bytes: int
 
 
+class Progress(Event, total=False):  # `replay_progress` (an open) and `prefill_progress`
+    done: int  # tokens read so far
+    total: int
+
+
 class TurnStarted(Event, total=False):
     user_event_id: str
 
@@ -113,6 +118,7 @@ class Error(Event, total=False):
 
 EVENT_TYPES = frozenset({
     "ready", "hello", "progress", "booted", "restored", "replay_progress", "turn_started",
+    "prefill_progress",
     "token", "end_of_turn", "ring", "snapshot", "stream_event", "warning", "stats",
     "boot_compare", "cancelling", "closed", "bye", "error", "undone", "forked", "models",
 })

@@ -273,6 +273,10 @@ class EngineServer(TurnEdits, SnapshotRequests, StreamPolling):
         def on_text(piece: str) -> None:
             self.emit({"type": "token", "req": request_id, "session": name, "text": piece})
 
+        def on_read(done: int, total: int) -> None:
+            self.emit({"type": "prefill_progress", "req": request_id, "session": name,
+                       "done": done, "total": total})
+
         if max_tokens is None:  # a message found waiting says what its sender asked for
             max_tokens = DEFAULT_MAX_TOKENS if pending.max_tokens is None else pending.max_tokens
         try:
@@ -280,7 +284,8 @@ class EngineServer(TurnEdits, SnapshotRequests, StreamPolling):
                 asked or {})
             result = runtime.session.respond(
                 pending, settings, max_tokens, on_text=on_text,
-                should_stop=runtime.cancel.is_set, shutting_down=self.stopping.is_set)
+                should_stop=runtime.cancel.is_set, shutting_down=self.stopping.is_set,
+                on_read=on_read)
         finally:
             runtime.turn_active = False
         ring = runtime.session.conversation.ring

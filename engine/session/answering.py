@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("channel.engine")
 
 TextCallback = Callable[[str], None]
+ReadProgress = Callable[[int, int], None]  # (tokens of the message read so far, its total)
 
 
 @dataclass(frozen=True)
@@ -114,14 +115,16 @@ class Answering:
 
     def respond(self: Session, turn: PendingTurn, settings: SamplingSettings, max_tokens: int,
                 on_text: TextCallback | None = None, should_stop: StopCheck | None = None,
-                shutting_down: StopCheck | None = None) -> TurnResult:
+                shutting_down: StopCheck | None = None,
+                on_read: ReadProgress | None = None) -> TurnResult:
         """Prefill a logged message and decode the reply; log the reply.
 
         A prompt longer than one prefill chunk can be stopped between chunks. It is preceded
         by a checkpoint, so that taking a cancelled message back out of the ring is a
         restore, not a replay. A stop while `shutting_down()` keeps the message instead, for
         the next open to answer, as after a crash: the checkpoint on disk is the state before
-        it, and this half-fed state is never saved.
+        it, and this half-fed state is never saved. `on_read` hears how much of a long prompt
+        has been read, after each prefill chunk.
         """
         self.last_turn = None
         if turn.prefilled is not None:  # a regenerate: the prompt is in the ring already
@@ -135,9 +138,12 @@ class Answering:
         before = TurnPoint(self.conversation.ring.mark(), turn.transcript_before)
         self.conversation.ring.mark_turn_start()
         t0 = time.perf_counter()
+        total = len(turn.prompt)
+        progress = None if on_read is None or not long else (lambda done: on_read(done, total))
         with self._withdrawn_on_failure(turn):
             logits = self.conversation.ingest(turn.prompt,
-                                              should_stop=should_stop if long else None)
+                                              should_stop=should_stop if long else None,
+                                              on_progress=progress)
         prefill_s = time.perf_counter() - t0
         if logits is None and shutting_down is not None and shutting_down():
             self.unusable = "a shutdown stopped its prefill (the next open answers the message)"

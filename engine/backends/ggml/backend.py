@@ -7,9 +7,12 @@ numpy, so snapshots and every ring operation are shared code.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import time
 import weakref
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -48,6 +51,11 @@ class GgmlBackend:
             raise RuntimeError("ggml could not start its CPU backend")
         self.tuner = ThreadTuner(threads or default_threads())
         self._threads = 0
+        # ggml polls an abort callback before each node of a graph: a prefill chunk of
+        # hundreds of tokens (seconds on a small CPU) can then stop within one node's time.
+        # Installed only while a stoppable graph runs, so decode steps pay nothing for it.
+        self._stop: Callable[[], bool] | None = None
+        self._abort_callback = g.ggml_abort_callback(self._should_abort)  # kept referenced
         # Shared by the conversations on each model, and let go with the last of them: an
         # engine whose sessions move to another model does not keep the old one's weights.
         self._weights: weakref.WeakValueDictionary[str, GgmlWeights] = \
@@ -65,24 +73,56 @@ class GgmlBackend:
             weights = self._weights[model.fingerprint] = GgmlWeights(model)
         return GgmlForward(self, weights, ring)
 
-    def run(self, graph: StepGraph, *, timed: bool) -> None:
-        """Compute a step graph; a timed run (a decode step) teaches the thread tuner."""
+    def run(self, graph: StepGraph, *, timed: bool,
+            should_stop: Callable[[], bool] | None = None) -> bool:
+        """Compute a step graph; a timed run (a decode step) teaches the thread tuner.
+        Returns False if `should_stop` stopped it part-way: its outputs are then partial."""
         threads = self.tuner.next_count() if timed else self.tuner.batch_count()
         start = time.perf_counter()
-        self.compute(graph.graph, threads)
-        if timed:
+        done = self.compute(graph.graph, threads, should_stop)
+        if timed and done:
             self.tuner.record(threads, time.perf_counter() - start)
+        return done
 
-    def compute(self, graph, threads: int | None = None) -> None:
-        """Run a ggml graph on the CPU backend with `threads` (default: the tuner's pick)."""
+    def compute(self, graph, threads: int | None = None,
+                should_stop: Callable[[], bool] | None = None) -> bool:
+        """Run a ggml graph on the CPU backend with `threads` (default: the tuner's pick).
+        Returns False if `should_stop` said so between two of its nodes."""
         g = ggml()
         threads = threads or self.tuner.batch_count()
         if threads != self._threads:
             g.ggml_backend_cpu_set_n_threads(self.compute_handle, threads)
             self._threads = threads
-        status = g.ggml_backend_graph_compute(self.compute_handle, graph)
+        with self._stoppable(should_stop):
+            status = g.ggml_backend_graph_compute(self.compute_handle, graph)
+        if status == g.GGML_STATUS_ABORTED and should_stop is not None:
+            return False
         if status != 0:
             raise RuntimeError(f"ggml graph compute failed with status {status}")
+        return True
+
+    @contextlib.contextmanager
+    def _stoppable(self, should_stop: Callable[[], bool] | None) -> Iterator[None]:
+        if should_stop is None:
+            yield
+            return
+        g = ggml()
+        self._stop = should_stop
+        g.ggml_backend_cpu_set_abort_callback(self.compute_handle, self._abort_callback, None)
+        try:
+            yield
+        finally:
+            g.ggml_backend_cpu_set_abort_callback(self.compute_handle,
+                                                  g.ggml_abort_callback(), None)
+            self._stop = None
+
+    def _should_abort(self, _data: ctypes.c_void_p) -> bool:
+        # Called from ggml's compute thread (the caller's, holding no GIL until here).
+        stop = self._stop
+        try:
+            return bool(stop is not None and stop())
+        except Exception:  # an exception cannot cross into C: finish the graph instead
+            return False
 
     def describe(self) -> dict:
         weights = next(iter(self._weights.values()), None)

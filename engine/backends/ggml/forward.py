@@ -15,7 +15,7 @@ import numpy as np
 
 from ...align import align_up
 from ...state.ring import KVRing, SlotSpan
-from ..base import ForwardPass, HiddenCallback, prefill_in_chunks
+from ..base import ForwardPass, HiddenCallback, ProgressCallback, prefill_in_chunks
 from ..window_mask import decode_window_mask, window_mask
 from .arena_tensors import ArenaTensors
 from .graph import StepGraph
@@ -58,20 +58,27 @@ class GgmlForward(ForwardPass):
     # -- prefill ----------------------------------------------------------------------------
     def prefill(self, tokens: Sequence[int], *, anchors: bool = False,
                 on_hidden: HiddenCallback | None = None,
-                should_stop: Callable[[], bool] | None = None) -> np.ndarray | None:
+                should_stop: Callable[[], bool] | None = None,
+                on_progress: ProgressCallback | None = None) -> np.ndarray | None:
         """Ingest tokens in chunks; return the logits after the last one (an arena view), or
-        None if `should_stop` said so between chunks."""
+        None if `should_stop` said so, between chunks or inside one (between two graph nodes:
+        a chunk is seconds on a small CPU, a node milliseconds)."""
 
-        def run(span: SlotSpan, chunk: Sequence[int], _last: bool) -> None:
-            self._prefill_chunk(span, chunk, hidden=on_hidden is not None)
+        def run(span: SlotSpan, chunk: Sequence[int], _last: bool) -> bool:
+            if not self._prefill_chunk(span, chunk, hidden=on_hidden is not None,
+                                       should_stop=should_stop):
+                return False
             if on_hidden is not None:
                 on_hidden(self.ring.arena.views().p_xn[: len(chunk)])
+            return True
 
         done = prefill_in_chunks(self.ring, tokens, self.ring.policy.prefill_chunk, run,
-                                 anchors=anchors, should_stop=should_stop)
+                                 anchors=anchors, should_stop=should_stop,
+                                 on_progress=on_progress)
         return self.ring.arena.views().logits if done else None
 
-    def _prefill_chunk(self, span: SlotSpan, chunk: Sequence[int], *, hidden: bool) -> None:
+    def _prefill_chunk(self, span: SlotSpan, chunk: Sequence[int], *, hidden: bool,
+                       should_stop: Callable[[], bool] | None = None) -> bool:
         C, n = len(chunk), span.start
         N = n + C
         # Slots past N hold finite values (zeros, or evicted rows), so masked they weigh 0.
@@ -87,7 +94,7 @@ class GgmlForward(ForwardPass):
             inp.mask[:, :, n:N] = v.p_causal[:C, None, :C]
             inp.mask[:, :, N:] = -np.inf
             self._window_inputs(inp)
-            self._backend.run(graph, timed=False)
+            return self._backend.run(graph, timed=False, should_stop=should_stop)
         finally:
             graph.close()
 

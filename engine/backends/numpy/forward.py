@@ -25,7 +25,7 @@ from ...model.architecture import CONV, WINDOW
 from ...model.weights import Weights
 from ...state.arena import ArenaViews
 from ...state.ring import KVRing, SlotSpan
-from ..base import ForwardPass, HiddenCallback, prefill_in_chunks
+from ..base import ForwardPass, HiddenCallback, ProgressCallback, prefill_in_chunks
 from ..window_mask import window_mask
 from .ops import gelu_mul, rmsnorm, rmsnorm_heads, rmsnorm_rows, silu_mul
 from .shortconv import short_conv
@@ -160,7 +160,8 @@ class Forward(ForwardPass):
     # -- prefill ----------------------------------------------------------------------------
     def prefill(self, tokens: Sequence[int], *, anchors: bool = False,
                 on_hidden: HiddenCallback | None = None,
-                should_stop: Callable[[], bool] | None = None) -> np.ndarray | None:
+                should_stop: Callable[[], bool] | None = None,
+                on_progress: ProgressCallback | None = None) -> np.ndarray | None:
         """Ingest tokens in chunks; return the logits after the last one (an arena view), or
         None if `should_stop` said so between chunks."""
 
@@ -168,7 +169,8 @@ class Forward(ForwardPass):
             self._prefill_chunk(self.ring.arena.views(), span, chunk, on_hidden, last)
 
         done = prefill_in_chunks(self.ring, tokens, self.ring.policy.prefill_chunk, run,
-                                 anchors=anchors, should_stop=should_stop)
+                                 anchors=anchors, should_stop=should_stop,
+                                 on_progress=on_progress)
         return self.ring.arena.views().logits if done else None
 
     def _prefill_chunk(self, v: ArenaViews, span: SlotSpan, chunk: Sequence[int],

@@ -16,7 +16,7 @@ import numpy as np
 
 from ...align import align_up, ceil_div
 from ...state.ring import KVRing, SlotSpan
-from ..base import ForwardPass, HiddenCallback, prefill_in_chunks
+from ..base import ForwardPass, HiddenCallback, ProgressCallback, prefill_in_chunks
 from .buffers import DeviceBuffer, readback_buffer
 from .passes import PassRecorder, PassShape
 from .pipelines import Pipelines
@@ -85,7 +85,8 @@ class VulkanForward(ForwardPass):
     # -- prefill --------------------------------------------------------------------------
     def prefill(self, tokens: Sequence[int], *, anchors: bool = False,
                 on_hidden: HiddenCallback | None = None,
-                should_stop: Callable[[], bool] | None = None) -> np.ndarray | None:
+                should_stop: Callable[[], bool] | None = None,
+                on_progress: ProgressCallback | None = None) -> np.ndarray | None:
         """Ingest tokens in chunks; return the logits after the last one (an arena view), or
         None if `should_stop` said so between chunks."""
 
@@ -100,7 +101,8 @@ class VulkanForward(ForwardPass):
 
         # Each pass's last mass dispatch folds it into the ring's scores (scored).
         done = prefill_in_chunks(self.ring, tokens, self.chunk, run, anchors=anchors,
-                                 should_stop=should_stop, scored=True)
+                                 should_stop=should_stop, scored=True,
+                                 on_progress=on_progress)
         return self._logits(self.ring.arena.views()) if done else None
 
     # -- decode ---------------------------------------------------------------------------
