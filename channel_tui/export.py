@@ -38,6 +38,8 @@ def to_markdown(session: str, messages: list[ChatMessage], model: str | None = N
             lines.append(message.content)
         if message.stop == "cancelled":
             lines += ["", "_(reply cancelled)_"]
+        elif message.stop == "withdrawn":  # the entry stands for the message above it
+            lines += ["_(the message above was withdrawn: stopped while being read)_"]
         elif message.stop == "max_tokens":
             lines += ["", "_(reply cut at the token limit)_"]
         elif message.stop == "repetition":

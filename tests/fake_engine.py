@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 MODEL = "SmolLM2 135M Instruct · Q4_1"  # the display name (engine/model/display_name.py)
 CAPACITY = 512
@@ -29,6 +30,8 @@ TRANSCRIPT = [
      "decode_tok_s": 44.5, "seed": 7},
 ]
 HOLDER_PID = 4242  # the pid a --busy refusal names
+# A turn whose text starts so is read slowly, as a long message is, until a cancel.
+SLOW_READ = "read slowly:"
 REPLY = ["The ", "ring ", "keeps ", "the ", "**working ", "memory**", " warm."]
 
 
@@ -64,6 +67,7 @@ class Fake:
         self.active = 300
         # [tokens, kept] per turn: the transcript's first turn lost 40 slots to eviction.
         self.turns = [[140, 100]]
+        self.reading: tuple | None = None  # (req, session, message id) of a read under way
 
     def emit(self, event: dict) -> None:
         sys.stdout.write(json.dumps(event) + "\n")
@@ -113,6 +117,15 @@ class Fake:
             self.emit({"type": "booted", "req": req, "session": session, **self.boot_fields(),
                        "transcript": TRANSCRIPT})
             self.ring(req, session)
+        elif kind == "turn" and request.get("text", "").startswith(SLOW_READ):
+            # A long message read slowly: progress twice, then it waits for a cancel.
+            self.emit({"type": "turn_started", "req": req, "session": session,
+                       "user_event_id": "01JDZ0000000000000000000B1"})
+            for done in (256, 512):
+                time.sleep(0.05)
+                self.emit({"type": "prefill_progress", "req": req, "session": session,
+                           "done": done, "total": 5000})
+            self.reading = (req, session, "01JDZ0000000000000000000B1")
         elif kind == "turn":
             self.emit({"type": "turn_started", "req": req, "session": session})
             for piece in REPLY:
@@ -141,6 +154,17 @@ class Fake:
                        "cold_events": 3, "warm_kind": "warm", "warm_reason": "snapshot valid",
                        "warm_ms": 4.6, "warm_restore_ms": 4.2, "warm_replay_ms": 0.0,
                        "warm_slots": self.active, "ratio": 400.8})
+        elif kind == "cancel" and self.reading is not None:
+            turn_req, _, message_id = self.reading
+            self.reading = None
+            self.emit({"type": "cancelling", "req": req, "session": session,
+                       "turn_active": True})
+            self.emit({"type": "end_of_turn", "req": turn_req, "session": session, "reply": "",
+                       "stop": "cancelled", "event_id": "01JDZ0000000000000000000B2",
+                       "prompt_tokens": 0, "decode_tokens": 0, "ttft_ms": 0.0,
+                       "prefill_tok_s": 0.0, "decode_tok_s": 0.0, "seed": None,
+                       "clock": self.active, "withdraws": message_id})
+            self.ring(turn_req, session)
         elif kind == "cancel":
             self.emit({"type": "cancelling", "req": req, "session": session,
                        "turn_active": False})

@@ -18,6 +18,7 @@ from engine.process.protocol import PROTOCOL_VERSION
 from .. import format as fmt
 from ..export import ChatMessage
 from ..messages import EngineFatal, EngineLost, SessionEvent
+from ..widgets.transcript import WITHDRAWN
 
 if TYPE_CHECKING:
     from engine.process.events import (
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
         EndOfTurn,
         Error,
         Event,
+        Progress,
         Ready,
         Token,
         TurnStarted,
@@ -56,6 +58,7 @@ class ChatEvents:
             "booted": self.handle_booted,
             "restored": self.handle_restored,
             "turn_started": self.handle_turn_started,
+            "prefill_progress": self.handle_prefill_progress,
             "token": self.handle_token,
             "end_of_turn": self.handle_end_of_turn,
             "cancelling": self.handle_cancelling,
@@ -172,7 +175,8 @@ class ChatEvents:
 
     async def _rebuild(self, event: Booted | Undone) -> None:
         self.messages = [ChatMessage(m.get("role", "?"), m.get("content", ""), m.get("id"),
-                                     m.get("ts"), m.get("stop"), fmt.reply_stats(m))
+                                     m.get("ts"), WITHDRAWN if m.get("withdraws")
+                                     else m.get("stop"), fmt.reply_stats(m))
                          for m in event.get("transcript") or [] if not m.get("hidden")]
         await self._finish_current("interrupted")
         await self.transcript.show(self.messages)
@@ -184,11 +188,25 @@ class ChatEvents:
     async def handle_turn_started(self, event: TurnStarted) -> None:
         await self._reply()  # ours is shown already; else another program's message, or open
 
+    async def handle_prefill_progress(self, event: Progress) -> None:
+        reply = await self._reply()
+        reply.show_reading(event.get("done", 0), event.get("total", 0))
+
     async def handle_token(self, event: Token) -> None:
         reply = await self._reply()
         await reply.append(event.get("text", ""))
 
     async def handle_end_of_turn(self, event: EndOfTurn) -> None:
+        if event.get("withdraws"):  # stopped while being read: the message is taken back
+            await self.transcript.withdraw(self.current)
+            self.current = None
+            await self._finish_current(WITHDRAWN)
+            self.messages.append(ChatMessage("assistant", "", event.get("event_id"), None,
+                                             WITHDRAWN))
+            self.note("Stopped while reading your message: it was withdrawn "
+                      "(the model did not keep it).")
+            await self.send_queued()
+            return
         if self.current is None:
             reply = await self._reply()
             await reply.append(event.get("reply", ""))

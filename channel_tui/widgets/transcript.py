@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
+from .. import format as fmt
 from ..export import ChatMessage
 
 MAX_SHOWN = 200  # messages drawn when a transcript is rebuilt; mounting thousands is slow
@@ -18,6 +21,10 @@ STOP_NOTES = {
     "failed": "⚠ failed",
 }
 UNANSWERED = ("cancelled", "interrupted", "failed")  # such a turn was taken out of the ring
+# A message stopped while the model was reading it: the engine took it back out of the ring
+# (a withdrawal, docs/protocol.md), so it is shown as withdrawn, with no reply bubble.
+WITHDRAWN = "withdrawn"
+WITHDRAWN_TITLE = "you · withdrawn: stopped while the model was reading it"
 # How much of a turn the ring still holds (the engine's `ring.turns`), as the message titles say.
 MEMORY_NOTES = {"whole": "", "partly": "partly forgotten", "forgotten": "forgotten"}
 
@@ -44,6 +51,10 @@ class UserMessage(Remembered, Static):
         super().__init__(text, markup=False, classes="message user")
         self.title = "you" + (f" · {via}" if via else "")
         self.border_title = self.title
+
+    def mark_withdrawn(self) -> None:
+        self.title = self.border_title = WITHDRAWN_TITLE
+        self.add_class("withdrawn")
 
 
 class SystemMessage(Static):
@@ -72,6 +83,7 @@ class AssistantMessage(Remembered, Vertical):
         self.stop = stop
         self.detail = detail  # the speed figures under a finished reply
         self._stream: MarkdownStream | None = None
+        self._read_start: tuple[float, int] | None = None  # (time, tokens) of 1st report
 
     def compose(self) -> ComposeResult:
         yield Markdown(self.text or "", classes="body")
@@ -80,7 +92,24 @@ class AssistantMessage(Remembered, Vertical):
     def on_mount(self) -> None:
         self._show_stop(self.detail)
 
+    def show_reading(self, done: int, total: int) -> None:
+        """While the model reads a long message: tokens read of total, the rate since the
+        first report, and the time left, where the reply will appear."""
+        now = time.monotonic()
+        if self._read_start is None or done < self._read_start[1]:
+            self._read_start = (now, done)
+        start_t, start_done = self._read_start
+        rate = (done - start_done) / (now - start_t) if now > start_t else None
+        label = self.query_one(".stop-note", Static)
+        label.update(f"Reading your message · {fmt.replay_line(done, total, rate)} · "
+                     "Esc stops it")
+        label.display = True
+        self.add_class("reading")
+
     async def append(self, piece: str) -> None:
+        if self.has_class("reading"):  # the message is read: the reply takes the space
+            self.remove_class("reading")
+            self._show_stop()
         if self._stream is None:
             self._stream = Markdown.get_stream(self.query_one(Markdown))
             self.add_class("streaming")
@@ -91,7 +120,7 @@ class AssistantMessage(Remembered, Vertical):
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
-        self.remove_class("streaming")
+        self.remove_class("streaming", "reading")
         self.stop = stop
         self.detail = detail
         self._show_stop(detail)
@@ -118,7 +147,14 @@ class Transcript(VerticalScroll):
         """Rebuild from a transcript (open, restore, restart); long ones show their tail."""
         await self.remove_children()
         hidden = max(0, len(messages) - MAX_SHOWN)
-        widgets = [self._widget_for(m) for m in messages[hidden:]]
+        widgets = []
+        for message in messages[hidden:]:
+            if message.stop == WITHDRAWN:  # no bubble: the message above it is marked
+                user = next((w for w in reversed(widgets) if isinstance(w, UserMessage)), None)
+                if user is not None:
+                    user.mark_withdrawn()
+                continue
+            widgets.append(self._widget_for(message))
         if hidden:
             widgets.insert(0, Note(f"… {hidden:,} earlier messages not shown "
                                    "(Ctrl+E exports the whole transcript)"))
@@ -164,6 +200,15 @@ class Transcript(VerticalScroll):
         widget = AssistantMessage()
         await self.mount(widget)
         return widget
+
+    async def withdraw(self, reply: AssistantMessage | None) -> None:
+        """The message being read was stopped and taken back out: drop its reply bubble and
+        mark the message withdrawn."""
+        if reply is not None:
+            await reply.remove()
+        user = next((w for w in reversed(self.children) if isinstance(w, UserMessage)), None)
+        if user is not None:
+            user.mark_withdrawn()
 
     async def add_note(self, text: str, kind: str = "info") -> Note:
         widget = Note(text, kind)

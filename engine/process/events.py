@@ -42,6 +42,7 @@ class TranscriptEntry(TypedDict, total=False):
     prefill_tok_s: float
     decode_tok_s: float
     seed: int
+    withdraws: str  # a withdrawal: the message it took back out (stopped while being read)
 
 
 class Booted(Event, total=False):  # also `restored`
@@ -88,6 +89,7 @@ class EndOfTurn(Event, total=False):
     decode_tok_s: float
     seed: int  # the seed the reply was sampled with (absent for a greedy reply)
     clock: int
+    withdraws: str  # the message was stopped while being read and taken back out: its id
 
 
 class Undone(Event, total=False):

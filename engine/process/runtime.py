@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..model.architecture import CONV, WINDOW
-from ..session.replay import is_marker, reply_target, retracted_ids, ring_order
+from ..session.replay import WITHDRAWS, is_marker, reply_target, retracted_ids, ring_order
 from ..session.session import BootReport, Session
 from ..snapshot.writer import SaveResult
 from ..state.ring_policy import DEFAULT_EVICT
@@ -150,5 +150,6 @@ def transcript_fields(session: Session) -> list[dict]:
     return [{"id": e.id, "role": e.role, "content": e.content, "ts": e.ts,
              "stop": e.extra.get("stop"), "in_reply_to": reply_target(e),
              "hidden": e.id in retracted or bool(retracted_ids(e)) or is_marker(e),
-             **{k: e.extra[k] for k in REPLY_FIGURES if k in e.extra}}
+             **{k: e.extra[k] for k in REPLY_FIGURES if k in e.extra},
+             **({"withdraws": e.extra[WITHDRAWS]} if e.extra.get(WITHDRAWS) else {})}
             for e in events]

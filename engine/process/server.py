@@ -292,7 +292,8 @@ class EngineServer(TurnEdits, SnapshotRequests, StreamPolling):
         self.emit({"type": "end_of_turn", "req": request_id, "session": name,
                    "reply": result.reply, "stop": result.stop, "event_id": result.event_id,
                    "prompt_tokens": result.prompt_tokens, "decode_tokens": len(result.reply_ids),
-                   **result.speed_fields(), "seed": result.seed, "clock": ring.clock})
+                   **result.speed_fields(), "seed": result.seed, "clock": ring.clock,
+                   **({"withdraws": result.withdraws} if result.withdraws else {})})
         self._emit_ring(runtime, request_id)
         if not self.stopping.is_set():
             runtime.arm_debounce(self.debounce_s, lambda: self.jobs.put(("autosave", name)))

@@ -45,6 +45,7 @@ class TurnResult:
     event_id: str | None  # the assistant event written to the stream, if one was
     seed: int | None = None  # the seed the reply was sampled with; None: greedy
     first_token_s: float = 0.0  # from the end of the prefill to the first token
+    withdraws: str | None = None  # the message taken back out (stopped while being read)
 
     @property
     def prefill_tok_s(self) -> float:
@@ -150,7 +151,8 @@ class Answering:
             return TurnResult("", [], "cancelled", 0, prefill_s, 0.0, None)
         if logits is None:
             mark = self._withdraw(turn, "cancelled")
-            return TurnResult("", [], "cancelled", 0, prefill_s, 0.0, mark.id)
+            return TurnResult("", [], "cancelled", 0, prefill_s, 0.0, mark.id,
+                              withdraws=turn.event.id)
         with self._withdrawn_on_failure(turn):
             return self._decode(turn, settings, max_tokens, on_text, should_stop, prefill_s,
                                 before)
