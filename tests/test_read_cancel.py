@@ -18,7 +18,9 @@ LONG = " ".join(f"Item {i}: the river bends past the mill and the miller counts 
 
 def test_a_cancel_during_a_long_read_withdraws_the_message(
         tmp_path, real_model_path, real_model) -> None:  # real_model: builds SHARED_CACHE
-    e = spawn(tmp_path / "data", SHARED_CACHE, real_model_path, ["--backend", "ggml"])
+    # The default backend: ggml stops inside a chunk, numpy (where ggml is not built) at the
+    # next chunk's start; either way the read stops part-way.
+    e = spawn(tmp_path / "data", SHARED_CACHE, real_model_path, [])
     try:
         e.wait_for("ready", timeout=300)
         e.request({"type": "open", "session": "s"}, "booted", timeout=300)
