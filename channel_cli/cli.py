@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from channel_cli import commands
+from channel_cli import app_command, commands
 from channel_cli.cli_args import add_sampling_options, resolve_model_option
 from engine.errors import ChannelError
 from engine.process.flags import add_engine_flags
@@ -20,8 +20,8 @@ from engine.process.flags import add_engine_flags
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    handler: Callable[[argparse.Namespace], int] = getattr(args, "handler", commands.run_app)
-    if handler is not commands.run_app:  # the app's screen is no place for log lines
+    handler: Callable[[argparse.Namespace], int] = getattr(args, "handler", app_command.run_app)
+    if handler is not app_command.run_app:  # the app's screen is no place for log lines
         _say_engine_log_in_one_line()
     try:
         resolve_model_option(args)
@@ -58,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Chat with a local model that keeps its working memory across restarts.",
     )
     _add_common(parser)
+    # The app (`channel` with no command) takes the generation options `chat` takes; they
+    # apply to every reply, under each session's own settings (F6).
+    parser.add_argument("--max-tokens", type=int, default=argparse.SUPPRESS,
+                        help="the longest reply (default 512)")
+    add_sampling_options(parser, default=argparse.SUPPRESS)
+    add_engine_flags(parser, "ring_slots", "evict", default=argparse.SUPPRESS)
     sub = parser.add_subparsers(metavar="COMMAND")
 
     chat = sub.add_parser("chat", help="run one turn and print the reply")

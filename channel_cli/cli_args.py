@@ -32,11 +32,13 @@ SAMPLING_OPTIONS = (
 )
 
 
-def add_sampling_options(parser: argparse.ArgumentParser) -> None:
+def add_sampling_options(parser: argparse.ArgumentParser, default=None) -> None:
+    """The sampling flags; `default` (argparse.SUPPRESS on the top-level parser, so that a
+    subcommand's own defaults are not overwritten) is what an absent flag leaves."""
     from engine.state.sampling import REQUEST_FIELDS
 
     for flag, name, note in SAMPLING_OPTIONS:
-        parser.add_argument(flag, dest=name, type=REQUEST_FIELDS[name], default=None,
+        parser.add_argument(flag, dest=name, type=REQUEST_FIELDS[name], default=default,
                             help=f"{note} (default: the model's)" if name != "seed" else note)
 
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import sys
-from pathlib import Path
 
 from channel_cli.cli_args import (
     backend_and_model,
@@ -304,17 +302,3 @@ def bench(args: argparse.Namespace) -> int:
                             scratch_dir=data_dir(args), backend=pick_backend(args).backend)
     print(json.dumps(result))
     return 0
-
-
-def run_app(args: argparse.Namespace) -> int:
-    """`channel` with no subcommand: the Textual app, which spawns the engine as a child."""
-    from channel_tui.app import run_app
-    from channel_tui.options import AppOptions
-
-    explicit_cache = opt(args, "cache_dir") or os.environ.get("CHANNEL_CACHE_DIR")
-    return run_app(AppOptions(
-        data_dir=data_dir(args), session=opt(args, "session", "default"),
-        model=opt(args, "model"), backend=opt(args, "backend"),
-        cold=bool(opt(args, "cold", False)),
-        cache_dir=Path(explicit_cache) if explicit_cache else None,
-    ))

@@ -37,14 +37,18 @@ class AppOptions:
         default_factory=lambda: [sys.executable, "-m", "engine"])
     export_dir: Path | None = None  # where Ctrl+E writes Markdown; default: the cwd
     max_tokens: int = 512
-    # Extra `turn` fields (temperature, top_k, top_p, seed); empty: the engine's greedy default.
+    # Extra `turn` fields (temperature, top_p, seed, ...); empty: the model's defaults. A
+    # session's own settings (F6) go over these.
     sampling: dict[str, float | int] = field(default_factory=dict)
+    ring_slots: int | None = None  # the engine's --ring-slots (None: sized to the model)
+    evict: str | None = None  # the engine's --evict (None: its default policy)
     max_restarts: int = 3  # crashes within RESTART_WINDOW_S before we stop restarting
 
     def engine_argv(self) -> list[str]:
         return [*self.engine_command, *engine_argv(
             data_dir=self.data_dir, cache_dir=self.cache_dir, model=self.model,
-            backend=self.backend, debounce_s=self.debounce_s)]
+            backend=self.backend, debounce_s=self.debounce_s, ring_slots=self.ring_slots,
+            evict=self.evict)]
 
     def resolved_data_dir(self) -> Path:
         return self.data_dir if self.data_dir is not None else default_data_dir()
