@@ -103,15 +103,15 @@ def make_vk_backend(tuning: str | None):
         options.configure(before)
 
 
-@pytest.fixture
-def engine(tmp_path, tiny_gguf, tiny_cache):
-    """Starts engine processes on the tiny model (data in tmp_path/data unless given); any
-    still running at the end of the test are killed."""
+def engine_starter(model: Path, cache: Path, default_data: Path, ready_timeout: float):
+    """A fixture's body: yields start(*extra, data_dir=None), which spawns an engine on
+    `model` (data in `default_data` unless given) and waits until it is ready; any still
+    running at the end of the test are killed."""
     procs: list[EngineProcess] = []
 
     def start(*extra: str, data_dir: Path | None = None) -> EngineProcess:
-        proc = spawn(data_dir or tmp_path / "data", tiny_cache, tiny_gguf, extra)
-        proc.wait_for("ready", timeout=60)
+        proc = spawn(data_dir or default_data, cache, model, extra)
+        proc.wait_for("ready", timeout=ready_timeout)
         procs.append(proc)
         return proc
 
@@ -120,3 +120,9 @@ def engine(tmp_path, tiny_gguf, tiny_cache):
         if proc.proc.poll() is None:
             proc.proc.kill()
             proc.proc.wait(10)
+
+
+@pytest.fixture
+def engine(tmp_path, tiny_gguf, tiny_cache):
+    """Starts engine processes on the tiny model (data in tmp_path/data unless given)."""
+    yield from engine_starter(tiny_gguf, tiny_cache, tmp_path / "data", ready_timeout=60)

@@ -189,21 +189,9 @@ def test_defect6_a_model_file_replaced_by_rename_runs_on_with_a_warning(tmp_path
 
 
 def _tiny_with_template(path: Path, template: str) -> Path:
-    from .tiny_model import MERGES, tiny_vocab, write_tiny_gguf
+    from .tiny_model import _add_tiny_tokenizer, write_tiny_gguf
 
-    def tokenizer(w) -> int:
-        tokens, types = tiny_vocab()
-        w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre("smollm")
-        w.add_token_list(tokens)
-        w.add_token_types(types)
-        w.add_token_merges(MERGES)
-        w.add_bos_token_id(1)
-        w.add_eos_token_id(2)
-        w.add_chat_template(template)
-        return len(tokens)
-
-    return write_tiny_gguf(path, tokenizer=tokenizer)
+    return write_tiny_gguf(path, tokenizer=lambda w: _add_tiny_tokenizer(w, template))
 
 
 # Refuses a system message, as some templates do: supported, since a conversation without

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from engine.model.model import load_model
-from engine.process.client import EngineProcess, spawn
+from engine.process.client import EngineProcess
 from engine.process.protocol import ProtocolError, parse_request
 from engine.state.sampling import another_seed
 from engine.state.sampling_defaults import BASE_DEFAULTS, defaults_for
 
-from .conftest import SHARED_CACHE
+from .conftest import SHARED_CACHE, engine_starter
 from .tiny_model import _add_tiny_tokenizer, write_tiny_gguf
 
 REPO = Path(__file__).resolve().parent.parent
@@ -65,19 +65,8 @@ def test_a_turn_without_settings_gets_the_models_defaults(engine, tmp_path) -> N
 def real_engine(tmp_path, real_model_path):
     """Engine processes on the shipped model (the tiny model's random weights put nearly all
     the probability on one token, so its sampled replies are its greedy ones)."""
-    procs: list[EngineProcess] = []
-
-    def start(data_dir: Path) -> EngineProcess:
-        proc = spawn(data_dir, SHARED_CACHE, real_model_path)
-        proc.wait_for("ready", timeout=180)
-        procs.append(proc)
-        return proc
-
-    yield start
-    for proc in procs:
-        if proc.proc.poll() is None:
-            proc.proc.kill()
-            proc.proc.wait(10)
+    yield from engine_starter(real_model_path, SHARED_CACHE, tmp_path / "data",
+                              ready_timeout=180)
 
 
 def turn(e: EngineProcess, text: str, **settings) -> dict:
@@ -92,14 +81,14 @@ def test_a_warm_boot_gives_the_same_next_sampled_reply(real_engine, tmp_path) ->
     """The process that saved the state and one that boots warm from it answer the next
     message alike: the conversation's generator (which seeds each reply) is in the snapshot."""
     data, copy = tmp_path / "data", tmp_path / "copy"
-    saver = real_engine(data)
+    saver = real_engine(data_dir=data)
     saver.request({"type": "open", "session": "s"}, "booted")
     turn(saver, "Name a fruit.")
     assert saver.request({"type": "save", "session": "s"}, "snapshot")["status"] == "saved"
     shutil.copytree(data, copy, ignore=shutil.ignore_patterns("*.lock"))
     ahead = turn(saver, "Write one sentence about the sea.")
     saver.close()
-    booted = real_engine(copy)
+    booted = real_engine(data_dir=copy)
     assert booted.request({"type": "open", "session": "s"}, "booted",
                           timeout=300)["kind"] == "warm"
     again = turn(booted, "Write one sentence about the sea.")
@@ -112,7 +101,7 @@ def test_a_warm_boot_gives_the_same_next_sampled_reply(real_engine, tmp_path) ->
 @pytest.mark.real_model
 def test_regenerate_draws_another_seed_and_a_seed_reproduces_a_reply(real_engine,
                                                                     tmp_path) -> None:
-    e = real_engine(tmp_path / "data")
+    e = real_engine()
     e.request({"type": "open", "session": "s"}, "booted")
     first = turn(e, "Write one sentence about the sea.")
     again = e.send({"type": "regenerate", "session": "s", "max_tokens": 24})

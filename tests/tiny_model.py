@@ -240,7 +240,7 @@ def write_tiny_gguf(path: Path, spec: TinySpec = TinySpec(),
     return path
 
 
-def _add_tiny_tokenizer(w: gguf.GGUFWriter) -> int:
+def _add_tiny_tokenizer(w: gguf.GGUFWriter, template: str = CHATML) -> int:
     tokens, types = tiny_vocab()
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("smollm")
@@ -249,7 +249,7 @@ def _add_tiny_tokenizer(w: gguf.GGUFWriter) -> int:
     w.add_token_merges(MERGES)
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
-    w.add_chat_template(CHATML)
+    w.add_chat_template(template)
     return len(tokens)
 
 

@@ -72,7 +72,9 @@ def cold(session: Session, events: list[StreamEvent], reason: str,
     t0 = time.perf_counter()
     replayed, skipped = replay(conv, session.transcript, kept, progress, first_is_system=True)
     replay_ms = (time.perf_counter() - t0) * 1e3
-    session.last_event_id = last_in_ring_order(events)
+    # The anchor: the last event in ring order (a reply moves up to the message it answers,
+    # so not always the file's last line), withdrawn or not.
+    session.last_event_id = ring_order(events)[-1].id if events else None
     session.skipped_tokens = skipped
     session.unusable = None
     return BootReport(kind="cold", reason=reason, replay_ms=replay_ms,
@@ -98,7 +100,7 @@ def warm(session: Session, read: StreamRead, progress: ReplayProgress | None) ->
     replayed, skipped = replay(session.conversation, session.transcript, later, progress,
                                first_is_system=False)
     replay_ms = (time.perf_counter() - t0) * 1e3
-    session.last_event_id = last_in_ring_order(events)
+    session.last_event_id = (after or held)[-1].id  # the last in ring order
     earlier = report.session.get("skipped_tokens", 0)  # 0 in snapshots older than the field
     session.skipped_tokens = skipped + (earlier if isinstance(earlier, int) and earlier > 0
                                         else 0)
@@ -109,13 +111,6 @@ def warm(session: Session, read: StreamRead, progress: ReplayProgress | None) ->
         skipped_tokens=skipped, restored_slots=report.n_active, snapshot_bytes=report.bytes,
         phases_ms={"validate": report.validate_ms, "copy": report.copy_ms, "replay": replay_ms},
     )
-
-
-def last_in_ring_order(events: list[StreamEvent]) -> str | None:
-    """The anchor of a state that took in all of `events`: the last in ring order (not
-    always the file's last line: a reply moves up to the message it answers), withdrawn
-    or not."""
-    return ring_order(events)[-1].id if events else None
 
 
 def _set_aside(session: Session) -> str:
