@@ -70,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(chat)
     chat.add_argument("message", help="the user's message")
     chat.add_argument("--max-tokens", type=int, default=256)
+    chat.add_argument("--system", default=None, metavar="TEXT",
+                      help="a new session's system prompt (default: the model template's)")
     add_sampling_options(chat)
     chat.add_argument("--json", action="store_true", help="print one JSON object")
     chat.set_defaults(handler=commands.chat)
@@ -112,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     fork = sub.add_parser("fork", help="copy a session (state and stream) under a new name")
     fork.add_argument("source", help="the session to fork")
     fork.add_argument("new", help="the new session's name")
+    fork.add_argument("--system", default=None, metavar="TEXT",
+                      help="start the fork from this system prompt (it replays, cold)")
     _add_common(fork)
     fork.set_defaults(handler=commands.fork)
 

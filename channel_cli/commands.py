@@ -22,7 +22,7 @@ from channel_cli.cli_args import (
 )
 from engine.errors import ChannelError, SessionBusyError
 from engine.paths import SessionFiles
-from engine.process.protocol import Limits, message_problem
+from engine.process.protocol import DEFAULT_MAX_MESSAGE_BYTES, Limits, message_problem, text_problem
 
 
 def chat(args: argparse.Namespace) -> int:
@@ -36,6 +36,7 @@ def chat(args: argparse.Namespace) -> int:
     problem = message_problem(args.message, Limits())
     if problem:
         raise ValueError(f"the message {problem}")
+    _check_system_option(args)
     from engine.paths import check_session_name
 
     name = check_session_name(opt(args, "session", "default"))
@@ -50,7 +51,12 @@ def chat(args: argparse.Namespace) -> int:
         use_session_model(args, name)
         backend, model = backend_and_model(args)
         session = Session(model, directory, name, backend=backend)
-        boot = session.open(cold=bool(opt(args, "cold", False)), owner=owner)
+        boot = session.open(cold=bool(opt(args, "cold", False)), owner=owner,
+                            system=args.system)
+        if args.system and args.system.strip() and session.system_prompt != args.system:
+            print(f"channel: warning: session {name!r} keeps its system prompt; --system "
+                  f"applies to a new session (or `channel fork {name} NEW --system ...`)",
+                  file=sys.stderr)
         settings = defaults_for(model.recommended_sampling).with_overrides(asked)
         return _chat_turn(args, session, boot, settings, model, backend)
     finally:
@@ -275,13 +281,27 @@ def render_verify(report) -> str:
     return "\n".join(lines)
 
 
+def _check_system_option(args: argparse.Namespace) -> bool:
+    """Whether --system was given; ValueError, in one line, if it is not a usable text."""
+    if args.system is None:
+        return False
+    if problem := text_problem(args.system, DEFAULT_MAX_MESSAGE_BYTES):
+        raise ValueError(f"--system {problem}")
+    return True
+
+
 def fork(args: argparse.Namespace) -> int:
     """Works beside a running engine: a fork copies the last snapshot and the whole stream,
     and the new session replays whatever the snapshot does not hold yet."""
     from engine.session.fork import fork_session
 
-    report = fork_session(session_data_dir(args), args.source, args.new)
+    check = None
+    if _check_system_option(args):  # the fork's template must take it: the source's model
+        use_session_model(args, args.source)
+        check = backend_and_model(args)[1].template.check_system_prompt
+    report = fork_session(session_data_dir(args), args.source, args.new, args.system, check)
     state = (f"snapshot {report.snapshot_bytes:,} bytes" if report.snapshot_bytes
+             else "a new system prompt: it replays, cold" if report.system_changed
              else "no snapshot: it boots cold")
     print(f"forked {report.source!r} as {report.name!r}: {report.events} events, {state}")
     return 0

@@ -81,28 +81,39 @@ def checked(raw: object) -> tuple[Settings, list[str]]:
 
 def load_settings(data_dir: Path, session: str) -> tuple[Settings, list[str]]:
     """The session's saved settings (none saved: {}), and what was wrong with the file."""
-    path = SessionFiles(data_dir, session).settings
-    try:  # a FIFO or a link at the name must not block or redirect the app
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return {}, []
-    except OSError as exc:
-        return {}, [f"cannot read {path.name}: {exc.strerror or exc}"]
-    try:
-        with os.fdopen(fd, "rb") as f:
-            raw = json.loads(f.read(MAX_FILE_BYTES + 1)[:MAX_FILE_BYTES] or b"null")
-    except (OSError, ValueError) as exc:
-        return {}, [f"{path.name} is not readable JSON ({exc}); using the defaults"]
-    return checked(raw)
+    raw, problem = read_json_file(SessionFiles(data_dir, session).settings)
+    if problem is not None:
+        return {}, [problem]
+    return ({}, []) if raw is None else checked(raw)
 
 
 def save_settings(data_dir: Path, session: str, settings: Settings) -> Path:
-    """Write the settings atomically (a temporary file, fsync, rename), readable only by the
-    user; OSError when the data directory refuses."""
+    """Write the settings atomically; OSError when the data directory refuses."""
     path = SessionFiles(data_dir, session).settings
+    write_json_atomic(path, {k: settings[k] for k in FIELD_NAMES if k in settings})
+    return path
+
+
+def read_json_file(path: Path) -> tuple[object, str | None]:
+    """A small JSON file's value (absent: None), and what was wrong with it, if anything."""
+    try:  # a FIFO or a link at the name must not block or redirect the app
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"cannot read {path.name}: {exc.strerror or exc}"
+    try:
+        with os.fdopen(fd, "rb") as f:
+            return json.loads(f.read(MAX_FILE_BYTES + 1)[:MAX_FILE_BYTES] or b"null"), None
+    except (OSError, ValueError) as exc:
+        return None, f"{path.name} is not readable JSON ({exc}); using the defaults"
+
+
+def write_json_atomic(path: Path, value: object) -> None:
+    """Write `value` as JSON through a temporary file (fsynced, then renamed), readable
+    only by the user; OSError when the directory refuses."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    data = (json.dumps({k: settings[k] for k in FIELD_NAMES if k in settings}, indent=1)
-            + "\n").encode("utf-8")
+    data = (json.dumps(value, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as f:
@@ -113,7 +124,6 @@ def save_settings(data_dir: Path, session: str, settings: Settings) -> Path:
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-    return path
 
 
 def summary(settings: Settings) -> str:

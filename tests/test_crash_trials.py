@@ -108,9 +108,14 @@ class Trials:
         e = self.engine
         request_id = e.send({"type": "turn", "session": "s", "text": text,
                              "max_tokens": max_tokens})
-        mine = lambda kind: lambda ev: ev.get("req") == request_id and ev["type"] == kind  # noqa: E731
-        self.acknowledged.add(e.wait_for(mine("turn_started"), 60)["user_event_id"])
-        return e.wait_for(mine("end_of_turn"), 120)
+        mine = lambda kind: lambda ev: (  # noqa: E731
+            ev.get("req") == request_id and ev["type"] in (kind, "error"))
+        for kind in ("turn_started", "end_of_turn"):
+            event = e.wait_for(mine(kind), 120)
+            assert event["type"] == kind, f"{event}; engine log: {e.stderr_lines[-10:]}"
+            if kind == "turn_started":
+                self.acknowledged.add(event["user_event_id"])
+        return event
 
     def kill_during(self, scenario: str, n: int) -> None:
         e, rng = self.engine, self.rng

@@ -175,6 +175,7 @@ class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatSettings, Screen):
             fields["cold"] = True
         if model:  # a new session on a model from the picker; the engine records it
             fields["model"] = model
+        fields.update(self.new_session_fields(name))
         self.send("open", self.open_answer(), **fields)
 
     async def switch_session(self, name: str | None, model: str | None = None) -> None:
@@ -276,7 +277,8 @@ class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatSettings, Screen):
     def action_new_session(self) -> None:
         from .new_session import NewSessionScreen
 
-        self.app.push_screen(NewSessionScreen(self.data_dir()), self.switch_session)
+        self.app.push_screen(NewSessionScreen(self.data_dir(), ask_system_prompt=True),
+                             self.switch_session)
 
     def action_sessions(self) -> None:
         from .sessions import SessionListScreen

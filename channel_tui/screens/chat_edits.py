@@ -120,8 +120,10 @@ class ChatEdits:
         # `forked` only ever answers this screen's fork: nothing else writes to this engine
         # (`channel fork` copies the files without it), so it needs no answer of its own.
         new = event.get("new")
+        how = ("; it reads the conversation again under the new system prompt"
+               if event.get("system_changed") else "")
         self.notify(f"Forked {self.session!r} as {new!r} ({event.get('events', 0)} events); "
-                    "switching to the fork", title="Fork")
+                    f"switching to the fork{how}", title="Fork")
         await self.switch_session(new)
 
 

@@ -1,4 +1,6 @@
-"""Ctrl+N: name a new session (a free name is suggested)."""
+"""Ctrl+N: name a new session (a free name is suggested), and see or change the system
+prompt new sessions start from (kept for the next ones too: channel_tui/system_prompt.py).
+Forks are named here as well, without the prompt: a fork keeps its source's."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from textual.widgets import Input, Static
 
 from ..options import valid_session_name
 from ..sessions import list_sessions
+from ..system_prompt import load_new_session_prompt, save_new_session_prompt
 
 
 def suggest_name(data_dir: Path, base: str | None = None) -> str:
@@ -31,11 +34,13 @@ class NewSessionScreen(ModalScreen[str | None]):
     BINDINGS = [Binding("escape", "dismiss_none", "Cancel")]
 
     def __init__(self, data_dir: Path, title: str = "New session",
-                 suggestion_base: str | None = None) -> None:
+                 suggestion_base: str | None = None, ask_system_prompt: bool = False) -> None:
         super().__init__()
         self.data_dir = data_dir
         self.title_text = title
         self.suggestion_base = suggestion_base
+        self.ask_system_prompt = ask_system_prompt
+        self.system_prompt = load_new_session_prompt(data_dir)[0] if ask_system_prompt else ""
 
     def compose(self) -> ComposeResult:
         with Vertical(id="new-box", classes="dialog") as box:
@@ -44,16 +49,31 @@ class NewSessionScreen(ModalScreen[str | None]):
             yield Input(suggest_name(self.data_dir, self.suggestion_base), id="new-name",
                         validators=[Function(valid_session_name,
                                              "1-64 letters, digits, '.', '_' or '-'")])
+            if self.ask_system_prompt:
+                yield Static("System prompt (empty: the model's own; kept for new sessions):")
+                yield Input(self.system_prompt, id="new-system", placeholder="the model's own")
             yield Static("", id="new-error")
             yield Static("Enter opens it · Esc cancels", classes="dialog-hint")
 
     @on(Input.Submitted)
     def submitted(self, event: Input.Submitted) -> None:
-        name = event.value.strip()
+        name = self.query_one("#new-name", Input).value.strip()
+        error = self.query_one("#new-error", Static)
         if not valid_session_name(name):
-            self.query_one("#new-error", Static).update(
+            error.update(
                 "Use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit.")
             return
+        if self.ask_system_prompt:
+            prompt = self.query_one("#new-system", Input).value
+            if prompt != self.system_prompt:
+                try:  # the session's first open reads it from there
+                    save_new_session_prompt(self.data_dir, prompt)
+                except ValueError as exc:
+                    error.update(f"{exc}")
+                    return
+                except OSError as exc:
+                    error.update(f"Cannot keep the system prompt: {exc.strerror or exc}")
+                    return
         self.dismiss(name)
 
     def action_dismiss_none(self) -> None:

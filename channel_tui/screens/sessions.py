@@ -73,7 +73,7 @@ class SessionListScreen(ModalScreen[str | None]):
             if name:
                 self.dismiss(name)
 
-        self.app.push_screen(NewSessionScreen(self.data_dir), chosen)
+        self.app.push_screen(NewSessionScreen(self.data_dir, ask_system_prompt=True), chosen)
 
     def action_dismiss_none(self) -> None:
         self.dismiss(None)

@@ -132,6 +132,20 @@ class ChatTemplate:
         except Exception as exc:  # SecurityError, TemplateError, or the template's own bug
             raise ChatTemplateError(f"chat template failed: {_one_line(exc)}") from exc
 
+    def check_system_prompt(self, text: str) -> None:
+        """Raise ChatTemplateError, in words, if the template cannot take `text` as the
+        system prompt (some refuse the role, some drop it)."""
+        try:
+            rendered = self.render([{"role": "system", "content": text},
+                                    {"role": "user", "content": _SENTINEL_USER}], True)
+        except ChatTemplateLimitError:
+            raise
+        except ChatTemplateError as exc:
+            raise ChatTemplateError(f"this model's chat template takes no system prompt "
+                                    f"({exc})") from None
+        if text.strip() not in rendered:
+            raise ChatTemplateError("this model's chat template leaves the system prompt out")
+
     def default_system_prompt(self) -> str | None:
         """The system prompt the template adds when the conversation has none, else None."""
         try:

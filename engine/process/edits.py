@@ -54,6 +54,12 @@ class TurnEdits:
         if runtime is not None and not runtime.session.unusable:
             runtime.disarm_debounce()
             self._save(runtime, request.id, wait=True)  # fork the state as it is now
-        report = fork_session(self.data_dir, source, new)
+        system = request.args.get("system")
+        check = None
+        if system is not None:  # the template the fork will render it with must take it
+            model = runtime.session.model if runtime else self.models.for_session(source)
+            check = model.template.check_system_prompt
+        report = fork_session(self.data_dir, source, new, system, check)
         self.emit({"type": "forked", "req": request.id, "session": source, "new": new,
-                   "events": report.events, "snapshot_bytes": report.snapshot_bytes})
+                   "events": report.events, "snapshot_bytes": report.snapshot_bytes,
+                   "system_changed": report.system_changed})

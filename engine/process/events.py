@@ -106,6 +106,7 @@ class Forked(Event, total=False):
     new: str
     events: int
     snapshot_bytes: int
+    system_changed: bool  # it starts from another system prompt: its first open replays
 
 
 class Models(Event, total=False):

@@ -73,6 +73,12 @@ def message_problem(text: str, limits: Limits) -> str | None:
     return problem or (None if text.strip() else "is empty")
 
 
+def _system_prompt(value: str, limits: Limits) -> str | None:
+    """A system prompt (`open`'s for a new session, `fork`'s): a message's limits; blank
+    is the template's own."""
+    return text_problem(value, limits.max_message_bytes, " (--max-message-bytes)")
+
+
 def _name(value, limits: Limits) -> str | None:
     return text_problem(value, MAX_NAME_BYTES)
 
@@ -111,12 +117,13 @@ REPLY_OPTIONS = {"max_tokens": Field(int, _between(0, MAX_REPLY_TOKENS)),
 REQUESTS: dict[str, tuple[dict[str, Field], dict[str, Field]]] = {
     "hello": ({}, {"client": Field(str, _name),
                    "protocol": Field(int, _between(0, 1 << 31))}),
-    "open": ({"session": SESSION}, {"cold": Field(bool), "model": Field(str, _model_path)}),
+    "open": ({"session": SESSION}, {"cold": Field(bool), "model": Field(str, _model_path),
+                                    "system": Field(str, _system_prompt)}),
     "models": ({}, {}),
     "turn": ({"session": SESSION, "text": Field(str, message_problem)}, REPLY_OPTIONS),
     "regenerate": ({"session": SESSION}, REPLY_OPTIONS),
     "undo": ({"session": SESSION}, {}),
-    "fork": ({"session": SESSION, "new": SESSION}, {}),
+    "fork": ({"session": SESSION, "new": SESSION}, {"system": Field(str, _system_prompt)}),
     "cancel": ({"session": SESSION}, {}),
     "save": ({"session": SESSION}, {}),
     "restore": ({"session": SESSION}, {}),

@@ -201,6 +201,7 @@ class EngineServer(TurnEdits, SnapshotRequests, StreamPolling):
             self.emit({"type": "booted", "req": request.id, "session": name, "kind": "open",
                        "reason": "already open", "transcript": transcript_fields(runtime.session)})
             self._emit_ring(runtime, request.id)
+            self._keeps_its_system_prompt(runtime.session, request)
             return
         try:  # one writer per session; asked first, so a refusal loads no model
             owner = acquire_session(self.data_dir, name)
@@ -223,7 +224,8 @@ class EngineServer(TurnEdits, SnapshotRequests, StreamPolling):
                 raise BootAbandoned  # a long cold replay must not hold up a shutdown
 
         try:
-            report = session.open(bool(request.args.get("cold")), progress, owner)
+            report = session.open(bool(request.args.get("cold")), progress, owner,
+                                  request.args.get("system"))
         except BootAbandoned:
             # Never registered, so never flushed: a half-replayed ring is not saved.
             self._error(request, "shutting_down", f"opening {name!r} abandoned: shutting down")
@@ -237,10 +239,20 @@ class EngineServer(TurnEdits, SnapshotRequests, StreamPolling):
                    **self.models.fields(model), **ring_size_fields(session.conversation),
                    "transcript": transcript_fields(runtime.session)})
         self._emit_ring(runtime, request.id)
+        self._keeps_its_system_prompt(session, request)
         self._poll(name)  # anything appended while we booted
         pending = session.begin_pending()
         if pending is not None and not self.stopping.is_set():
             self._answer(runtime, request.id, pending)
+
+    def _keeps_its_system_prompt(self, session: Session, request: Request) -> None:
+        """An `open` asked for a system prompt the session was not started with: it
+        applies to a new session only; say so rather than ignore it."""
+        asked = request.args.get("system")
+        if asked and asked.strip() and asked != session.system_prompt:
+            self.emit({"type": "warning", "req": request.id, "session": session.name,
+                       "message": f"session {session.name!r} keeps its system prompt: a new "
+                                  "one applies to a new session, or to a fork of this one"})
 
     def _on_turn(self, request: Request) -> None:
         runtime = self._runtime(request)

@@ -4,6 +4,10 @@ The new stream begins with a `forked_from` marker (which session, up to which ev
 holds a copy of the source's events with their ids, so that a copy of the source's snapshot,
 anchored at one of them, boots warm in the new session. From there on the two files are
 independent. Nothing is re-encoded; the source's files are only read.
+
+A fork may start from another system prompt. The prompt is pinned at the head of the ring,
+and every K/V after it was computed with the old one in view: such a fork takes no snapshot
+and replays its copy of the conversation (cold) under the new prompt at its first open.
 """
 
 from __future__ import annotations
@@ -11,7 +15,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ulid import ULID
@@ -20,7 +25,7 @@ from ..errors import ChannelError, UnusableFileError
 from ..fileio import create_exclusive, open_regular
 from ..paths import SessionFiles, check_session_name
 from .owner import acquire_session
-from .replay import FORKED_FROM
+from .replay import FORKED_FROM, is_marker
 from .stream import StreamEvent, StreamLog, _now
 
 COPY_CHUNK = 1 << 20
@@ -38,11 +43,14 @@ class ForkReport:
     events: int  # the source's events copied
     snapshot_bytes: int  # 0 when the source had no snapshot (the fork then boots cold)
     last_event_id: str | None
+    system_changed: bool = False  # it starts from another system prompt, and boots cold
 
 
-def fork_session(data_dir: Path, source: str, name: str) -> ForkReport:
+def fork_session(data_dir: Path, source: str, name: str, system: str | None = None,
+                 check_system: Callable[[str], None] | None = None) -> ForkReport:
     """Create session `name` from `source`'s stream and snapshot; ValueError if `name`
-    exists or `source` does not."""
+    exists or `source` does not. With `system`, the fork's conversation runs under that
+    system prompt instead (checked first by `check_system`, the model template's check)."""
     check_session_name(source)
     check_session_name(name)
     if source == name:
@@ -53,6 +61,13 @@ def fork_session(data_dir: Path, source: str, name: str) -> ForkReport:
     events = StreamLog(src.stream).read().events
     if not events:
         raise ValueError(f"session {source!r} has no conversation to fork")
+    system_changed = system is not None and system != system_prompt(events)
+    if system_changed:
+        if not system.strip():
+            raise ValueError("a fork's system prompt cannot be empty")
+        if check_system is not None:
+            check_system(system)
+        events = with_system_prompt(events, system)
     marker_id = ULID.from_int(int(ULID.from_str(events[0].id)) - 1)
     marker = StreamEvent(str(marker_id), "system", "", _now(),
                          {FORKED_FROM: {"session": source, "event": events[-1].id}})
@@ -65,11 +80,30 @@ def fork_session(data_dir: Path, source: str, name: str) -> ForkReport:
     except UnusableFileError as exc:
         raise ForkError(f"{failed}: {exc}") from None
     with owner:
-        return _write_fork(src, new, lines, failed, data_dir, events)
+        report = _write_fork(src, new, lines, failed, data_dir, events, not system_changed)
+    return replace(report, system_changed=system_changed)
+
+
+def system_prompt(events: list[StreamEvent]) -> str | None:
+    """The system prompt a stream's conversation runs under (its first message, if that is
+    a system one), or None."""
+    first = next((e for e in events if not is_marker(e)), None)
+    return first.content if first is not None and first.role == "system" else None
+
+
+def with_system_prompt(events: list[StreamEvent], system: str) -> list[StreamEvent]:
+    """The events with their system prompt replaced (it keeps its id, so the lines keep
+    their order), or one put in front of them all (an earlier fork's marker holds the id
+    just before the first message)."""
+    at = next(i for i, e in enumerate(events) if not is_marker(e))
+    if events[at].role == "system":
+        return [*events[:at], replace(events[at], content=system, ts=_now()), *events[at + 1:]]
+    new_id = str(ULID.from_int(int(ULID.from_str(events[0].id)) - 1))
+    return [StreamEvent(new_id, "system", system, _now(), {}), *events]
 
 
 def _write_fork(src: SessionFiles, new: SessionFiles, lines: list[str], failed: str,
-                data_dir: Path, events: list[StreamEvent]) -> ForkReport:
+                data_dir: Path, events: list[StreamEvent], copy_snapshot: bool) -> ForkReport:
     """Write the fork's files (the model record and snapshot first, the stream last: a
     session without its stream does not exist); on failure, none is left behind."""
     _check_new(new)  # again, now that no one else may create it
@@ -83,7 +117,7 @@ def _write_fork(src: SessionFiles, new: SessionFiles, lines: list[str], failed: 
         if os.path.lexists(src.settings):  # the front end's reply settings go along
             _copy_file(src.settings, new.settings)  # over any left from a name never used
             copied_settings = True
-        if os.path.lexists(src.snapshot):
+        if copy_snapshot and os.path.lexists(src.snapshot):
             snapshot_bytes = _copy_file(src.snapshot, new.snapshot)
         _write_new(new.stream, ("\n".join(lines) + "\n").encode("utf-8"))
     except BaseException as exc:

@@ -63,14 +63,14 @@ class Session(Answering):
 
     # -- ownership --------------------------------------------------------------------------
     def open(self, cold: bool = False, progress: ReplayProgress | None = None,
-             owner: SessionLock | None = None) -> BootReport:
+             owner: SessionLock | None = None, system: str | None = None) -> BootReport:
         """Take the session's lock (or hold `owner`, taken before, say, a model loads),
         then boot; the lock is held until `close`. Raises SessionBusyError, changing
         nothing, when another Channel has the session open."""
         if self.owner is None:
             self.owner = owner or acquire_session(self.data_dir, self.name)
         try:
-            return self.boot(cold, progress)
+            return self.boot(cold, progress, system)
         except BaseException:
             self.close()
             raise
@@ -90,15 +90,22 @@ class Session(Answering):
         self.notes: list[str] = []
 
     # -- boot and restore -------------------------------------------------------------------
-    def boot(self, cold: bool = False, progress: ReplayProgress | None = None) -> BootReport:
-        """Warm boot from the snapshot if it validates, else cold boot from the stream."""
+    def boot(self, cold: bool = False, progress: ReplayProgress | None = None,
+             system: str | None = None) -> BootReport:
+        """Warm boot from the snapshot if it validates, else cold boot from the stream.
+        A new session starts with the system prompt `system` (None or blank: the
+        template's own, if it has one); an existing one keeps the prompt it has (pinned
+        in the ring: a fork changes it, fork.py)."""
         t0 = time.perf_counter()
         self.last_turn = None
         warnings = [w for w in [self.snapshots.remove_stale_tmp()] if w]
         read = self.stream.read()
         self.stream_offset = read.end_offset
         if not read.events:
-            system = self.model.template.default_system_prompt()
+            if system is not None and system.strip():
+                self.model.template.check_system_prompt(system)
+            else:
+                system = self.model.template.default_system_prompt()
             if system is not None:
                 read = StreamRead([self.stream.append("system", system)], read.warnings,
                                   read.end_offset)
@@ -125,6 +132,12 @@ class Session(Answering):
         read = self.stream.read()
         self.stream_offset = read.end_offset
         return booting.load(self, read, None, None)
+
+    @property
+    def system_prompt(self) -> str | None:
+        """The system prompt the conversation runs under (pinned in the ring), or None."""
+        messages = self.transcript.messages
+        return messages[0]["content"] if messages and messages[0]["role"] == "system" else None
 
     def behind_anchor(self, event: StreamEvent) -> bool:
         """`event` comes before the last event the state includes: another program's line
