@@ -75,7 +75,8 @@ def requests(draw) -> dict:
             "xtc_probability": st.floats(0, 1), "xtc_threshold": st.floats(0, 1),
             "cold": st.booleans(), "client": st.text(max_size=20), "protocol": st.just(1),
             "model": st.just("/nonexistent/model.gguf"),  # `open` on it: a one-line error
-            "new": st.sampled_from(["f1", "f2"]), "system": st.text(max_size=40)}
+            "new": st.sampled_from(["f1", "f2"]), "system": st.text(max_size=40),
+            "reply": st.just("01ARZ3NDEKTSV4RRFFQ69G5FAV")}
     for name in {**required, **optional}:
         if name in optional and draw(st.booleans()):
             continue

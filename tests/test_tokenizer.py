@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import gguf
+import numpy as np
 import pytest
 from tokenizers import pre_tokenizers
 
@@ -155,3 +156,45 @@ def test_sentencepiece_gguf_without_byte_tokens_is_refused(tmp_path: Path) -> No
         Tokenizer.from_gguf(gguf.GGUFReader(str(path)))
     assert issubclass(UnsupportedTokenizerError, ValueError)
     assert "<0x00>" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_the_stream_decoder_never_fails_a_reply_over_invalid_utf8(tmp_path) -> None:
+    """Sampled byte tokens can make an invalid UTF-8 run that a later token decodes across;
+    the tokenizers library's DecodeStream then raises ("Invalid prefix encountered"), which
+    failed whole turns (seen in the crash trials on the Gemma 3 fixture). The decoder goes on
+    from a full decode instead, and its pieces still add up to the reply."""
+    from tokenizers import decoders
+
+    from engine.model.model import load_model
+
+    model = load_model(Path(__file__).parent / "fixtures" / "arch" / "gemma3.gguf", tmp_path)
+    tok = model.tokenizer
+    rng = np.random.default_rng(0)
+    byte_ids = [i for i in range(tok.vocab_size) if tok.decode([i]) == "\ufffd"]
+    assert byte_ids  # SentencePiece byte fallback: <0x80> and the like
+    raw_failures = 0
+    for _ in range(100):
+        ids = [int(rng.choice(byte_ids)) if rng.random() < 0.5
+               else int(rng.integers(0, tok.vocab_size)) for _ in range(20)]
+        raw = decoders.DecodeStream(skip_special_tokens=False)
+        try:
+            for tid in ids:
+                raw.step(tok._hf, tid)
+        except Exception:
+            raw_failures += 1
+        decoder = tok.stream_decoder()
+        shown = "".join(decoder.step(tid) for tid in ids)  # never raises
+        assert shown  # it gives the text out as it goes, not only at the end
+    assert raw_failures > 0  # the case this guards is exercised
+
+
+def test_the_stream_decoder_is_exact_on_valid_text_after_a_fallback(tmp_path) -> None:
+    from engine.model.model import load_model
+
+    model = load_model(Path(__file__).parent / "fixtures" / "arch" / "gemma3.gguf", tmp_path)
+    tok = model.tokenizer
+    decoder = tok.stream_decoder()
+    decoder._stream = None  # as after DecodeStream refused a token
+    text = "the cat sat on the mat"
+    ids = tok.encode(text)
+    assert "".join(decoder.step(tid) for tid in ids) == tok.decode(ids)

@@ -21,6 +21,7 @@ from textual.widgets import Footer, Static
 
 from ..export import ChatMessage, export_transcript
 from ..link import EngineLink
+from ..replies import ReplyChoices
 from ..widgets.boot_banner import BootBanner
 from ..widgets.prompt import Prompt
 from ..widgets.ring_view import RingView
@@ -45,6 +46,10 @@ class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatSettings, Screen):
                 tooltip="Restore the last snapshot now and rebuild the transcript"),
         Binding("ctrl+g", "regenerate", "Again", priority=True, id="regenerate",
                 tooltip="Regenerate the last reply (nothing is re-read)"),
+        Binding("alt+left", "other_reply(-1)", "Previous reply", priority=True, show=False,
+                id="previous-reply", tooltip="Bring back the reply Ctrl+G replaced"),
+        Binding("alt+right", "other_reply(1)", "Next reply", priority=True, show=False,
+                id="next-reply", tooltip="Step forward through the last message's replies"),
         Binding("f3", "undo", "Undo", priority=True, id="undo",
                 tooltip="Undo the last turn: your message and its reply leave the ring"),
         Binding("f4", "edit_last", "Edit", priority=True, id="edit",
@@ -91,6 +96,8 @@ class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatSettings, Screen):
         self.restart_note: str | None = None  # shown after the transcript is rebuilt
         self.settings: dict[str, float | int] = {}  # the session's reply settings (F6)
         self.ring_slots: int | None = None  # the open session's ring size (`booted`)
+        self.replies = ReplyChoices()  # the last message's replies (Alt+←/→)
+        self.answering: str | None = None  # the message the turn in flight answers
 
     def compose(self) -> ComposeResult:
         # Kept for the handlers and watchers: the layout never changes, so each widget is
@@ -134,9 +141,10 @@ class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatSettings, Screen):
             self.busy = True
         return self.current
 
-    async def _finish_current(self, stop: str, detail: str = "") -> None:
+    async def _finish_current(self, stop: str, detail: str = "",
+                              text: str | None = None) -> None:
         if self.current is not None:
-            await self.current.finish(stop, detail)
+            await self.current.finish(stop, detail, text)
         self.current = None
         self.busy = False
 

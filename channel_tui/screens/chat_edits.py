@@ -58,6 +58,21 @@ class ChatEdits:
         turn = self.turn_answer()
         return Answer({**turn.handlers, "undone": undone, "end_of_turn": ended}, turn.last)
 
+    def action_other_reply(self, delta: int) -> None:
+        """Alt+← / Alt+→: bring back another of the last message's replies (the engine takes
+        its recorded tokens in again: nothing is sampled, nothing re-read)."""
+        if not self._can_edit("step through its replies"):
+            return
+        origin = self.replies.step(delta)
+        if origin is None:
+            self.note("This message has one reply; Ctrl+G writes another." if
+                      len(self.replies.origins) < 2 else "This is the first reply." if
+                      delta < 0 else "This is the latest reply.", "warning")
+            return
+        if self.send("regenerate", self.turn_answer(), session=self.session,
+                     reply=origin) is not None:
+            self.note("Bringing back another reply…")
+
     def action_undo(self) -> None:
         if self._can_edit("undo") and self.send("undo", session=self.session) is not None:
             self.note("Undoing the last turn…")

@@ -18,6 +18,7 @@ from engine.process.protocol import PROTOCOL_VERSION
 from .. import format as fmt
 from ..export import ChatMessage
 from ..messages import EngineFatal, EngineLost, SessionEvent
+from ..replies import ReplyChoices
 from ..widgets.transcript import WITHDRAWN
 
 if TYPE_CHECKING:
@@ -174,10 +175,15 @@ class ChatEvents:
                     title="Restore")
 
     async def _rebuild(self, event: Booted | Undone) -> None:
+        transcript = event.get("transcript") or []
+        self.replies = ReplyChoices.from_transcript(transcript)
         self.messages = [ChatMessage(m.get("role", "?"), m.get("content", ""), m.get("id"),
                                      m.get("ts"), WITHDRAWN if m.get("withdraws")
                                      else m.get("stop"), fmt.reply_stats(m))
-                         for m in event.get("transcript") or [] if not m.get("hidden")]
+                         for m in transcript if not m.get("hidden")]
+        last = self.messages[-1] if self.messages else None
+        if last is not None and last.role == "assistant" and self.replies.label():
+            last.stats = " · ".join(p for p in (last.stats, self.replies.label()) if p)
         await self._finish_current("interrupted")
         await self.transcript.show(self.messages)
         if self.queued is not None:  # still waiting: show it again below the transcript
@@ -186,6 +192,7 @@ class ChatEvents:
 
     # -- turns --------------------------------------------------------------------------------
     async def handle_turn_started(self, event: TurnStarted) -> None:
+        self.answering = event.get("user_event_id")
         await self._reply()  # ours is shown already; else another program's message, or open
 
     async def handle_prefill_progress(self, event: Progress) -> None:
@@ -207,12 +214,14 @@ class ChatEvents:
                       "(the model did not keep it).")
             await self.send_queued()
             return
-        if self.current is None:
+        if self.current is None or event.get("restores"):  # one brought back comes whole
             reply = await self._reply()
             await reply.append(event.get("reply", ""))
         stop = event.get("stop", "eot")
-        detail = fmt.reply_stats(event)
-        await self._finish_current(stop, detail)  # and the note about the reply goes
+        self.replies.answered(self.answering, event.get("restores") or event.get("event_id"))
+        figures = "brought back" if event.get("restores") else fmt.reply_stats(event)
+        detail = " · ".join(part for part in (figures, self.replies.label()) if part)
+        await self._finish_current(stop, detail, event.get("reply"))  # the note goes too
         self.messages.append(ChatMessage("assistant", event.get("reply", ""),
                                          event.get("event_id"), None, stop, detail))
         self.status_bar.tok_s = event.get("decode_tok_s")

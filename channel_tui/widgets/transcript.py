@@ -116,10 +116,16 @@ class AssistantMessage(Remembered, Vertical):
         self.text += piece
         await self._stream.write(piece)
 
-    async def finish(self, stop: str, detail: str = "") -> None:
+    async def finish(self, stop: str, detail: str = "", text: str | None = None) -> None:
+        """The reply ended; `text` is the whole reply as the engine logged it, which wins
+        over the streamed pieces where they differ (bytes that are not UTF-8 decode
+        differently piece by piece than whole)."""
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
+        if text is not None and text != self.text:
+            self.text = text
+            await self.query_one(Markdown).update(text)
         self.remove_class("streaming", "reading")
         self.stop = stop
         self.detail = detail

@@ -231,14 +231,35 @@ class StreamDecoder:
 
     def __init__(self, tokenizer: Tokenizer, skip_special: bool = False) -> None:
         self._tokenizer = tokenizer
+        self._skip_special = skip_special
         # DecodeStream re-decodes a short window of ids and emits only the new suffix once it
         # no longer ends in U+FFFD, so a character split across tokens comes out whole.
-        self._stream = decoders.DecodeStream(skip_special_tokens=skip_special)
+        self._stream: decoders.DecodeStream | None = decoders.DecodeStream(
+            skip_special_tokens=skip_special)
+        self._ids: list[int] = []  # the reply so far, for the fallback below
+        self._shown = ""  # the text given out so far
 
     def step(self, token_id: int) -> str:
         """The text that `token_id` completes; '' while a character is still partial."""
         self._tokenizer._check_id(token_id)
-        return self._stream.step(self._tokenizer._hf, token_id) or ""
+        self._ids.append(token_id)
+        if self._stream is not None:
+            try:
+                piece = self._stream.step(self._tokenizer._hf, token_id) or ""
+            except Exception:
+                # DecodeStream refuses a token that changes text it already gave out (byte
+                # tokens sampled into an invalid UTF-8 run, then one that decodes across
+                # them: "Invalid prefix encountered"). A reply must not fail over its
+                # display: decode the whole reply from here on instead.
+                self._stream = None
+            else:
+                self._shown += piece
+                return piece
+        text = self._tokenizer.decode(self._ids, self._skip_special)
+        if text.endswith("\ufffd") or len(text) <= len(self._shown):
+            return ""  # a partial character, or nothing past what is out already
+        piece, self._shown = text[len(self._shown):], text
+        return piece
 
 
 def _added_tokens(vocab: Vocab) -> list[AddedToken]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..session.alternatives import chosen_reply
 from ..session.fork import fork_session
 from ..session.undo import EditReport, undo
 from .runtime import transcript_fields
@@ -28,6 +29,9 @@ class TurnEdits:
 
     def _on_regenerate(self: EngineServer, request: Request) -> None:
         runtime = self._runtime(request)
+        # An earlier reply to bring back instead of a new one: checked before anything moves.
+        earlier = chosen_reply(runtime.session, request.args["reply"]) \
+            if "reply" in request.args else None
         runtime.disarm_debounce()
         report, pending = undo(runtime.session, keep_user=True)
         # The reply taken back was sampled with `previous_seed`; unless the request names a
@@ -37,7 +41,7 @@ class TurnEdits:
         if pending is None:  # the replay found no message to answer (cannot happen)
             raise ValueError("nothing to regenerate: no message is waiting for a reply")
         self._answer(runtime, request.id, pending, request.settings,
-                     request.args.get("max_tokens"))
+                     request.args.get("max_tokens"), reuse=earlier)
 
     def _undone(self: EngineServer, runtime, request: Request, report: EditReport,
                 **extra) -> None:

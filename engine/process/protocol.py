@@ -79,6 +79,11 @@ def _system_prompt(value: str, limits: Limits) -> str | None:
     return text_problem(value, limits.max_message_bytes, " (--max-message-bytes)")
 
 
+def _event_id(value: str, limits: Limits) -> str | None:
+    """A stream event's id (a ULID: 26 characters)."""
+    return None if len(value) == 26 and value.isalnum() else f"is not an event id: {value[:40]!r}"
+
+
 def _name(value, limits: Limits) -> str | None:
     return text_problem(value, MAX_NAME_BYTES)
 
@@ -121,7 +126,7 @@ REQUESTS: dict[str, tuple[dict[str, Field], dict[str, Field]]] = {
                                     "system": Field(str, _system_prompt)}),
     "models": ({}, {}),
     "turn": ({"session": SESSION, "text": Field(str, message_problem)}, REPLY_OPTIONS),
-    "regenerate": ({"session": SESSION}, REPLY_OPTIONS),
+    "regenerate": ({"session": SESSION}, {**REPLY_OPTIONS, "reply": Field(str, _event_id)}),
     "undo": ({"session": SESSION}, {}),
     "fork": ({"session": SESSION, "new": SESSION}, {"system": Field(str, _system_prompt)}),
     "cancel": ({"session": SESSION}, {}),
@@ -133,6 +138,7 @@ REQUESTS: dict[str, tuple[dict[str, Field], dict[str, Field]]] = {
     "shutdown": ({}, {}),
 }
 SAMPLING_FIELDS = tuple(REQUEST_FIELDS)
+REPLY_REQUESTS = ("turn", "regenerate")  # the requests whose sampling fields are settings
 
 
 def reply_options_problem(options: dict[str, object]) -> str | None:
@@ -206,7 +212,7 @@ def parse_request(line: str | bytes, limits: Limits | None = None) -> Request:
     if unknown:
         raise ProtocolError(f"{kind}: unknown field {min(unknown)!r}", request_id)
     settings = None
-    if optional is REPLY_OPTIONS:
+    if kind in REPLY_REQUESTS:
         try:
             settings = checked_overrides({k: args[k] for k in SAMPLING_FIELDS if k in args})
         except ValueError as exc:

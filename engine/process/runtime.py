@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..model.architecture import CONV, WINDOW
+from ..session.alternatives import RESTORES
 from ..session.replay import WITHDRAWS, is_marker, reply_target, retracted_ids, ring_order
 from ..session.session import BootReport, Session
 from ..snapshot.writer import SaveResult
@@ -151,5 +152,6 @@ def transcript_fields(session: Session) -> list[dict]:
              "stop": e.extra.get("stop"), "in_reply_to": reply_target(e),
              "hidden": e.id in retracted or bool(retracted_ids(e)) or is_marker(e),
              **{k: e.extra[k] for k in REPLY_FIGURES if k in e.extra},
-             **({"withdraws": e.extra[WITHDRAWS]} if e.extra.get(WITHDRAWS) else {})}
+             **({"withdraws": e.extra[WITHDRAWS]} if e.extra.get(WITHDRAWS) else {}),
+             **({RESTORES: e.extra[RESTORES]} if isinstance(e.extra.get(RESTORES), str) else {})}
             for e in events]

@@ -20,9 +20,11 @@ from ..backends.numpy.backend import NumpyBackend
 from ..backends.select import Choice, Placement
 from ..errors import ChannelError, SessionBusyError
 from ..model.model import Model
+from ..session.alternatives import reply_origin
 from ..session.answering import TurnResult
 from ..session.owner import acquire_session
 from ..session.session import Session
+from ..session.stream import StreamEvent
 from ..session.turns import PendingTurn
 from ..state.sampling_defaults import defaults_for
 from .edits import TurnEdits
@@ -267,9 +269,10 @@ class EngineServer(TurnEdits, SnapshotRequests, StreamPolling):
 
     def _answer(self, runtime: SessionRuntime, request_id, pending: PendingTurn,
                 asked: dict[str, float | int] | None = None,
-                max_tokens: int | None = None) -> TurnResult:
+                max_tokens: int | None = None, reuse: StreamEvent | None = None) -> TurnResult:
         """Answer a logged message with the model's default sampling, overridden by what
-        the request `asked` for (docs/protocol.md, "Sampling")."""
+        the request `asked` for (docs/protocol.md, "Sampling"), or with an earlier reply
+        to it (`reuse`: session/alternatives.py)."""
         runtime.disarm_debounce()
         runtime.cancel.clear()
         if self.stopping.is_set():
@@ -297,7 +300,7 @@ class EngineServer(TurnEdits, SnapshotRequests, StreamPolling):
             result = runtime.session.respond(
                 pending, settings, max_tokens, on_text=on_text,
                 should_stop=runtime.cancel.is_set, shutting_down=self.stopping.is_set,
-                on_read=on_read)
+                on_read=on_read, reuse=reuse)
         finally:
             runtime.turn_active = False
         ring = runtime.session.conversation.ring
@@ -305,7 +308,8 @@ class EngineServer(TurnEdits, SnapshotRequests, StreamPolling):
                    "reply": result.reply, "stop": result.stop, "event_id": result.event_id,
                    "prompt_tokens": result.prompt_tokens, "decode_tokens": len(result.reply_ids),
                    **result.speed_fields(), "seed": result.seed, "clock": ring.clock,
-                   **({"withdraws": result.withdraws} if result.withdraws else {})})
+                   **({"withdraws": result.withdraws} if result.withdraws else {}),
+                   **({"restores": reply_origin(reuse)} if reuse is not None else {})})
         self._emit_ring(runtime, request_id)
         if not self.stopping.is_set():
             runtime.arm_debounce(self.debounce_s, lambda: self.jobs.put(("autosave", name)))

@@ -21,9 +21,11 @@ from ..conversation import StopCheck
 from ..snapshot.writer import SnapshotStatus
 from ..state.sampler import SamplingSettings
 from ..state.sampling import another_seed
+from .alternatives import RESTORES, reply_origin
 from .replay import IN_REPLY_TO, WITHDRAWS, taken_in, withdrawn_ids
 from .stream import StreamEvent
 from .turns import MAX_TOKENS, LastTurn, PendingTurn, TurnPoint, asked_max_tokens
+from .undo import reply_seed
 
 if TYPE_CHECKING:
     from .session import Session
@@ -117,7 +119,8 @@ class Answering:
     def respond(self: Session, turn: PendingTurn, settings: SamplingSettings, max_tokens: int,
                 on_text: TextCallback | None = None, should_stop: StopCheck | None = None,
                 shutting_down: StopCheck | None = None,
-                on_read: ReadProgress | None = None) -> TurnResult:
+                on_read: ReadProgress | None = None,
+                reuse: StreamEvent | None = None) -> TurnResult:
         """Prefill a logged message and decode the reply; log the reply.
 
         A prompt longer than one prefill chunk can be stopped between chunks. It is preceded
@@ -125,11 +128,14 @@ class Answering:
         restore, not a replay. A stop while `shutting_down()` keeps the message instead, for
         the next open to answer, as after a crash: the checkpoint on disk is the state before
         it, and this half-fed state is never saved. `on_read` hears how much of a long prompt
-        has been read, after each prefill chunk.
+        has been read, after each prefill chunk. With `reuse` (an earlier reply to the
+        message: alternatives.py), that reply is taken in again instead of a new one decoded.
         """
         self.last_turn = None
         if turn.prefilled is not None:  # a regenerate: the prompt is in the ring already
             with self._withdrawn_on_failure(turn):
+                if reuse is not None:
+                    return self._reuse(turn, reuse, 0.0, turn.prefilled)
                 return self._decode(turn, settings, max_tokens, on_text, should_stop, 0.0,
                                     turn.prefilled)
         long = len(turn.prompt) > self.conversation.policy.prefill_chunk
@@ -154,6 +160,8 @@ class Answering:
             return TurnResult("", [], "cancelled", 0, prefill_s, 0.0, mark.id,
                               withdraws=turn.event.id)
         with self._withdrawn_on_failure(turn):
+            if reuse is not None:
+                return self._reuse(turn, reuse, prefill_s, before)
             return self._decode(turn, settings, max_tokens, on_text, should_stop, prefill_s,
                                 before)
 
@@ -197,6 +205,24 @@ class Answering:
         self.last_event_id = event.id
         self.last_turn = LastTurn(turn.event.id, event.id, before, prompted, conv.ring.clock)
         return replace(result, event_id=event.id)
+
+    def _reuse(self: Session, turn: PendingTurn, earlier: StreamEvent, prefill_s: float,
+               before: TurnPoint) -> TurnResult:
+        """Take an earlier reply to the message in again, as a replay would feed it (its
+        recorded tokens, then the template's close), and log it as restoring that reply."""
+        conv = self.conversation
+        prompted = TurnPoint(conv.ring.mark(), self.transcript.mark(),
+                             None if conv.last_logits is None else conv.last_logits.copy())
+        ids = list(earlier.extra["tokens"])
+        conv.ingest(ids + self.transcript.close_assistant(earlier.content))
+        event = self.stream.append("assistant", earlier.content, **{
+            **earlier.extra, IN_REPLY_TO: turn.event.id, RESTORES: reply_origin(earlier)})
+        self.last_event_id = event.id
+        self.last_turn = LastTurn(turn.event.id, event.id, before, prompted, conv.ring.clock)
+        stop = earlier.extra.get("stop")
+        # Nothing was decoded: no decode figures (the event keeps the reply's own).
+        return TurnResult(earlier.content, ids, stop if isinstance(stop, str) else "eot",
+                          len(turn.prompt), prefill_s, 0.0, event.id, reply_seed(earlier))
 
     def _withdraw(self: Session, turn: PendingTurn, stop: str) -> StreamEvent:
         """Take a message the ring holds only part of back out: log that it is withdrawn
