@@ -14,7 +14,11 @@ from engine.state.sampling_defaults import defaults_for
 
 pytestmark = pytest.mark.real_model
 
-PROMPTS = ["What is the capital of France?", "Write a haiku about autumn"]
+# Six everyday prompts, asked one after another in one fresh session, as a new user would.
+PROMPTS = ["What is the capital of France?", "Write a haiku about autumn",
+           "Give me three tips for sleeping better.",
+           "Explain what a black hole is in two sentences.",
+           "How do I reverse a list in Python?", "Translate 'good morning' into Spanish."]
 CAP = 512  # the app's reply cap
 
 
@@ -44,13 +48,13 @@ def backend():
     return choose_backend("numpy" if ggml_problem() else "ggml").backend
 
 
-@pytest.mark.parametrize("prompt", PROMPTS)
-def test_default_replies_end_by_themselves(real_model, backend, tmp_path: Path,
-                                           prompt) -> None:
+def test_default_replies_end_by_themselves(real_model, backend, tmp_path: Path) -> None:
     session = Session(real_model, tmp_path, "first", backend=backend)
     session.boot()
-    result = session.turn(prompt, defaults_for(real_model.recommended_sampling), CAP)
-    print(f"\n{prompt!r} -> {result.reply!r} ({result.stop}, {len(result.reply_ids)} tokens, "
-          f"seed {result.seed})")
-    assert result.stop == "eot", result.reply
-    assert result.reply.strip() and repeated_run(result.reply) is None, result.reply
+    settings = defaults_for(real_model.recommended_sampling)
+    for prompt in PROMPTS:
+        result = session.turn(prompt, settings, CAP)
+        print(f"\n{prompt!r} -> {result.reply!r} ({result.stop}, {len(result.reply_ids)} "
+              f"tokens, seed {result.seed})")
+        assert result.stop == "eot", (prompt, result.reply)
+        assert result.reply.strip() and repeated_run(result.reply) is None, result.reply
