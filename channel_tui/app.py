@@ -18,6 +18,7 @@ from functools import partial
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
+from textual.widgets import TextArea
 
 from . import format as fmt
 from .engine import EngineClient
@@ -45,8 +46,8 @@ class ChannelApp(App[None]):
     BINDINGS = [
         Binding("ctrl+q", "quit", "Quit", priority=True, id="quit",
                 tooltip="Quit: the working state is saved first"),
-        Binding("ctrl+c", "quit", "Quit", show=False, priority=True, id="quit-alt",
-                tooltip="Quit, as Ctrl+Q"),
+        Binding("ctrl+c", "copy_or_quit", "Copy", show=False, priority=True, id="quit-alt",
+                tooltip="Copy the selected text; with nothing selected, quit as Ctrl+Q"),
         Binding("f1", "help", "Help", id="help", tooltip="Every key, in one place"),
     ]
 
@@ -171,6 +172,18 @@ class ChannelApp(App[None]):
     # -- quitting -----------------------------------------------------------------------------
     async def on_quit_requested(self, message: QuitRequested) -> None:
         await self.action_quit()
+
+    async def action_copy_or_quit(self) -> None:
+        """Ctrl+C: what terminals and editors do with a selection (copy it); a quit, saving
+        first as Ctrl+Q does, only when nothing is selected."""
+        focused = self.focused
+        selected = self.screen.get_selected_text() or (
+            focused.selected_text if isinstance(focused, TextArea) else "")
+        if not selected:
+            await self.action_quit()
+            return
+        self.chat.copy_out(selected, "the selection")
+        self.screen.clear_selection()
 
     async def action_quit(self) -> None:
         if self.quitting:

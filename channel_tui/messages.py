@@ -53,3 +53,17 @@ class EngineFatal(Message, bubble=False):
 
     message: str
     detail: str = ""
+
+
+# What the widgets of the transcript ask of the chat screen.
+@dataclass
+class CopyRequested(Message):
+    """Copy `text` out of the app; `what` names it in the toast ('the python code block')."""
+
+    text: str
+    what: str
+
+
+@dataclass
+class LeaveTranscript(Message):
+    """Focus went past the newest message (↓): back to the prompt."""

@@ -128,8 +128,8 @@ async def test_send_streams_and_recalls_prompts(make_app) -> None:
         assert "pending (debounce)" in status(app)
         ring = of_type(events, "ring")[-1]
         assert f"ring {ring['active']:,}/{ring['capacity']:,}" in status(app)
-        # Up recalls the sent prompt; Down returns to the (empty) draft.
-        await pilot.press("up")
+        # Ctrl+Up recalls the sent prompt (then Up goes on); Down returns to the empty draft.
+        await pilot.press("ctrl+up")
         assert app.chat.query_one(Prompt).text == "more 2"
         await pilot.press("up", "up", "up")
         assert app.chat.query_one(Prompt).text == "hello there"

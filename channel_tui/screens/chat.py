@@ -30,11 +30,14 @@ from ..widgets.transcript import AssistantMessage, Transcript, UserMessage
 from .chat_answers import Answer, ChatAnswers
 from .chat_edits import ChatEdits
 from .chat_events import ChatEvents
+from .chat_navigation import ChatNavigation
+from .chat_queue import ChatQueue
 from .chat_settings import ChatSettings
 from .long_message import LongMessageScreen, too_long
 
 
-class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatSettings, Screen):
+class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatSettings, ChatNavigation, ChatQueue,
+                 Screen):
     # One line per key: the footer, the help screen (F1) and the command palette (Ctrl+P)
     # are all made from these (description: the short label; tooltip: what it does).
     BINDINGS = [
@@ -55,7 +58,16 @@ class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatSettings, Screen):
         Binding("f4", "edit_last", "Edit", priority=True, id="edit",
                 tooltip="Edit and resend your last message (undone, back in the box)"),
         Binding("ctrl+t", "copy_reply", "Copy", priority=True, id="copy",
-                tooltip="Copy the last reply to the clipboard (OSC 52)"),
+                tooltip="Copy the last reply (↑ then c copies any message; a click, a code "
+                        "block)"),
+        Binding("pageup", "scroll_transcript('page_up')", "Page up", priority=True,
+                show=False, id="page-up", tooltip="Scroll the conversation up a page"),
+        Binding("pagedown", "scroll_transcript('page_down')", "Page down", priority=True,
+                show=False, id="page-down", tooltip="Scroll the conversation down a page"),
+        Binding("ctrl+home", "scroll_transcript('home')", "Top", priority=True, show=False,
+                id="top", tooltip="Scroll to the start of the conversation"),
+        Binding("ctrl+end", "scroll_transcript('end')", "Bottom", priority=True, show=False,
+                id="bottom", tooltip="Scroll to the newest message"),
         Binding("ctrl+f", "fork", "Fork", priority=True, id="fork",
                 tooltip="Fork the session: a copy of its state that goes its own way"),
         Binding("ctrl+n", "new_session", "New", priority=True, id="new", show=False,
@@ -200,10 +212,6 @@ class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatSettings, Screen):
         self.note("")
         self.open_session(name, model=model)
 
-    def _restore_draft(self, text: str) -> None:
-        if not self.prompt.text.strip():
-            self.prompt.load_text(text)
-
     # -- sending ------------------------------------------------------------------------------
     @on(Prompt.Submitted)
     async def send_from_prompt(self, event: Prompt.Submitted) -> None:
@@ -234,20 +242,6 @@ class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatSettings, Screen):
             self.prompt.remember(text)
             self.prompt.clear()
 
-    async def _queue(self, text: str) -> None:
-        """Keep one message until the engine can take it, shown in the transcript as
-        pending; it is sent when the session has booted or the reply has ended."""
-        self.queued = text
-        when = "the reply ends · Esc stops it" if self.busy else "the engine is ready"
-        self.queued_widget = await self.transcript.add_user(text, via="pending")
-        self.note(f"Queued: {_short(text)} · sends when {when}")
-
-    async def _drop_queued(self) -> None:
-        self.queued = None
-        if self.queued_widget is not None:
-            await self.queued_widget.remove()
-            self.queued_widget = None
-
     async def send_turn(self, text: str) -> bool:
         request_id = self.send("turn", self.turn_answer(), session=self.session, text=text,
                                **self.reply_fields())
@@ -259,16 +253,11 @@ class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatSettings, Screen):
         self.note("")
         return True
 
-    async def send_queued(self) -> None:
-        if self.queued is not None and not self.busy and not self.fatal and self.session_open:
-            text = self.queued
-            await self._drop_queued()
-            if not await self.send_turn(text):
-                await self._queue(text)
-
     # -- actions ------------------------------------------------------------------------------
     def action_cancel(self) -> None:
-        if self.busy and self.send("cancel", session=self.session) is not None:
+        if self.message_focused():  # Esc leaves the messages for the prompt
+            self.prompt.focus()
+        elif self.busy and self.send("cancel", session=self.session) is not None:
             self.note("Stopping the reply…")
 
     def action_save(self) -> None:
@@ -318,7 +307,3 @@ class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatSettings, Screen):
     def action_toggle_ring(self) -> None:
         self.ring_view.display = not self.ring_view.display
 
-
-def _short(text: str, limit: int = 40) -> str:
-    one_line = " ".join(text.split())
-    return one_line if len(one_line) <= limit else one_line[: limit - 1] + "…"

@@ -1,5 +1,5 @@
-"""What only a persistent working state allows: undo, regenerate, edit and resend, fork, and
-copying a reply (a mixin of ChatScreen).
+"""What only a persistent working state allows: undo, regenerate, edit and resend, stepping
+through a message's replies, and fork (a mixin of ChatScreen).
 
 Undo and regenerate ask the engine to roll its ring back (nothing is re-read); the engine
 answers `undone` with the edited transcript, which the screen redraws, and a regenerate then
@@ -92,17 +92,6 @@ class ChatEdits:
         answer = Answer({"undone": edited}, ends_with("undone"))
         if self.send("undo", answer, session=self.session) is not None:
             self.note("Taking your last message back to edit it…")
-
-    def action_copy_reply(self) -> None:
-        reply = next((m.content for m in reversed(self.messages)
-                      if m.role == "assistant" and m.content), None)
-        if self.current is not None and self.current.text:
-            reply = self.current.text  # the reply still streaming
-        if reply is None:
-            self.notify("There is no reply to copy yet.", severity="warning")
-            return
-        self.app.copy_to_clipboard(reply)
-        self.notify(f"Copied the last reply ({len(reply):,} characters)", title="Copy")
 
     def action_fork(self) -> None:
         from .new_session import NewSessionScreen

@@ -12,11 +12,12 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
 from ..widgets.prompt import Prompt
+from ..widgets.transcript import MESSAGE_BINDINGS
 
 # Keys of the message box, which TextArea handles rather than a binding of ours.
 TYPING_KEYS = [
     ("Enter", "Send the message (queued while busy or starting)"),
-    ("↑ / ↓", "Recall earlier prompts (from the first / last line)"),
+    ("↑", "From an empty box: the newest message (then ↑ / ↓ between messages, Esc back)"),
 ]
 MAX_KEYS_SHOWN = 2  # of one binding's alternatives: the rest are synonyms (Alt+Enter…)
 ABOUT = (
@@ -53,7 +54,8 @@ class HelpScreen(ModalScreen[None]):
     def __init__(self, screen_bindings: Iterable[Binding | tuple],
                  app_bindings: Iterable[Binding | tuple]) -> None:
         super().__init__()
-        self.rows = TYPING_KEYS + key_rows(Prompt.BINDINGS, screen_bindings, app_bindings)
+        self.rows = TYPING_KEYS + key_rows(Prompt.BINDINGS, MESSAGE_BINDINGS,
+                                           screen_bindings, app_bindings)
 
     def compose(self) -> ComposeResult:
         with Vertical(id="help-box", classes="dialog") as box:

@@ -1,4 +1,6 @@
-"""The message box: Enter sends, Ctrl+J (or Shift/Alt+Enter) adds a line, Up/Down recall."""
+"""The message box: Enter sends, Ctrl+J (or Shift/Alt+Enter) adds a line, Ctrl+↑/↓ recall
+earlier prompts (so does ↑ on the first line of a draft); ↑ in an empty box goes up to the
+messages."""
 
 from __future__ import annotations
 
@@ -14,7 +16,17 @@ class Prompt(TextArea):
     BINDINGS = [
         Binding("ctrl+j,shift+enter,alt+enter", "newline", "Newline", show=False,
                 id="newline", tooltip="New line in the message"),
+        Binding("ctrl+up", "recall(-1)", "Earlier prompt", show=False, id="recall-earlier",
+                tooltip="Recall the prompt sent before"),
+        Binding("ctrl+down", "recall(1)", "Later prompt", show=False, id="recall-later",
+                tooltip="Recall the prompt sent after"),
     ]
+
+    @dataclass
+    class UpFromEmpty(Message):
+        """↑ in an empty box: the person wants the messages above."""
+
+        prompt: Prompt
 
     @dataclass
     class Submitted(Message):
@@ -24,7 +36,7 @@ class Prompt(TextArea):
     def __init__(self, *, id: str | None = None) -> None:  # noqa: A002 (Textual's name)
         super().__init__(id=id, soft_wrap=True, show_line_numbers=False, tab_behavior="focus",
                          compact=True, placeholder="Message the model · Enter sends · "
-                         "Ctrl+J new line · ↑ earlier prompts")
+                         "Ctrl+J new line · ↑ messages · Ctrl+↑ earlier prompts")
         self.past_prompts: list[str] = []
         self._recall: int | None = None  # index into history while browsing it
         self._draft = ""  # what was typed before browsing began, restored past the newest
@@ -46,21 +58,27 @@ class Prompt(TextArea):
         self._recall = None
 
     def action_cursor_up(self, select: bool = False) -> None:
-        if select or self.cursor_location[0] > 0 or not self.past_prompts:
+        if not select and self._recall is None and not self.text:
+            self.post_message(self.UpFromEmpty(self))
+        elif select or self.cursor_location[0] > 0 or not self.past_prompts:
             super().action_cursor_up(select)
-            return
-        if self._recall is None:
-            self._draft, self._recall = self.text, len(self.past_prompts)
-        if self._recall > 0:
-            self._recall -= 1
-            self._show(self.past_prompts[self._recall])
+        else:
+            self.action_recall(-1)
 
     def action_cursor_down(self, select: bool = False) -> None:
         last_row = self.document.line_count - 1
         if select or self._recall is None or self.cursor_location[0] < last_row:
             super().action_cursor_down(select)
-            return
-        self._recall += 1
+        else:
+            self.action_recall(1)
+
+    def action_recall(self, delta: int) -> None:
+        """Step through the prompts sent before; past the newest, the draft comes back."""
+        if self._recall is None:
+            if delta > 0 or not self.past_prompts:
+                return
+            self._draft, self._recall = self.text, len(self.past_prompts)
+        self._recall = max(0, self._recall + delta)
         if self._recall >= len(self.past_prompts):
             self._recall = None
             self._show(self._draft)

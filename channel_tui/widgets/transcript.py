@@ -1,16 +1,22 @@
-"""The conversation: user messages, streamed Markdown replies and notes, pinned to the bottom."""
+"""The conversation: user messages, streamed Markdown replies and notes, pinned to the bottom.
+
+Messages take focus (↑ from an empty prompt, then ↑/↓ between them), and a focused one is
+copied with c; the chat screen does the copying (CopyRequested)."""
 
 from __future__ import annotations
 
 import time
 
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
 from .. import format as fmt
 from ..export import ChatMessage
+from ..messages import CopyRequested, LeaveTranscript
+from .reply_markdown import ReplyMarkdown
 
 MAX_SHOWN = 200  # messages drawn when a transcript is rebuilt; mounting thousands is slow
 STOP_NOTES = {
@@ -29,12 +35,33 @@ WITHDRAWN_TITLE = "you · withdrawn: stopped while the model was reading it"
 MEMORY_NOTES = {"whole": "", "partly": "partly forgotten", "forgotten": "forgotten"}
 
 
+# A focused message's keys. On each message class itself: Textual merges the BINDINGS of
+# DOMNode classes only, not of a mixin such as Remembered.
+MESSAGE_BINDINGS = [
+    Binding("c,y", "copy", "Copy", tooltip="A focused message: copy it"),
+    Binding("up", "neighbour(-1)", "Earlier", show=False),
+    Binding("down", "neighbour(1)", "Later", show=False),
+]
+
+
 class Remembered:
     """A message that says, in its border title and a CSS class, whether the model can still
-    see it: 'partly forgotten' once the ring evicted some of its turn, 'forgotten' once all."""
+    see it: 'partly forgotten' once the ring evicted some of its turn, 'forgotten' once all.
+    It takes focus, to be copied (c) or to move on to its neighbours (↑/↓)."""
 
+    can_focus = True
     title: str
+    text: str
+    what: str  # in the copy toast
     memory = "whole"
+
+    def action_copy(self) -> None:
+        self.post_message(CopyRequested(self.text, self.what))
+
+    def action_neighbour(self, delta: int) -> None:
+        transcript = self.parent
+        if isinstance(transcript, Transcript):
+            transcript.focus_neighbour(self, delta)
 
     def set_memory(self, state: str) -> None:
         if state == self.memory:
@@ -47,8 +74,12 @@ class Remembered:
 
 
 class UserMessage(Remembered, Static):
+    BINDINGS = MESSAGE_BINDINGS
+    what = "your message"
+
     def __init__(self, text: str, via: str | None = None) -> None:
         super().__init__(text, markup=False, classes="message user")
+        self.text = text
         self.title = "you" + (f" · {via}" if via else "")
         self.border_title = self.title
 
@@ -76,6 +107,9 @@ class Note(Static):
 class AssistantMessage(Remembered, Vertical):
     """A reply; while it streams, tokens go through Textual's MarkdownStream."""
 
+    BINDINGS = MESSAGE_BINDINGS
+    what = "the reply"
+
     def __init__(self, text: str = "", stop: str | None = None, detail: str = "") -> None:
         super().__init__(classes="message assistant")
         self.title = self.border_title = "assistant"
@@ -86,7 +120,7 @@ class AssistantMessage(Remembered, Vertical):
         self._read_start: tuple[float, int] | None = None  # (time, tokens) of 1st report
 
     def compose(self) -> ComposeResult:
-        yield Markdown(self.text or "", classes="body")
+        yield ReplyMarkdown(self.text or "", classes="body")
         yield Static("", classes="stop-note")
 
     def on_mount(self) -> None:
@@ -148,6 +182,25 @@ class Transcript(VerticalScroll):
 
     def on_mount(self) -> None:
         self.anchor()
+
+    def _messages(self) -> list[Remembered]:
+        return [w for w in self.children if isinstance(w, (UserMessage, AssistantMessage))]
+
+    def focus_last(self) -> bool:
+        """Focus the newest message (↑ from an empty prompt); False when there is none."""
+        messages = self._messages()
+        if messages:
+            messages[-1].focus()
+        return bool(messages)
+
+    def focus_neighbour(self, message: Remembered, delta: int) -> None:
+        messages = self._messages()
+        at = messages.index(message) + delta if message in messages else len(messages)
+        if at >= len(messages):
+            self.post_message(LeaveTranscript())
+        elif at >= 0:
+            messages[at].focus()
+            self.scroll_to_widget(messages[at], animate=False)
 
     async def show(self, messages: list[ChatMessage]) -> None:
         """Rebuild from a transcript (open, restore, restart); long ones show their tail."""
