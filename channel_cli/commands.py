@@ -71,7 +71,7 @@ def _chat_turn(args: argparse.Namespace, session, boot, settings, model, backend
     for warning in boot.warnings:
         print(f"channel: warning: {warning}", file=sys.stderr)
     if not args.json:
-        print(boot_line(boot), file=sys.stderr)
+        print(boot_line(boot, session), file=sys.stderr)
     stream_text = None if args.json else _print_piece
     result = session.turn(args.message, settings, args.max_tokens, on_text=stream_text)
     saved = session.save(wait=True)
@@ -111,13 +111,13 @@ def _chat_turn(args: argparse.Namespace, session, boot, settings, model, backend
     return 0
 
 
-def boot_line(boot) -> str:
-    """One line a person reads at startup: which boot, why, and what each phase cost."""
-    if boot.kind == "warm":
-        return (f"Warm boot · restored {boot.restored_slots:,} slots in {boot.restore_ms:.0f} ms"
-                f" · replayed {boot.replayed_events} events in {boot.replay_ms:.0f} ms")
-    return (f"Cold boot ({boot.reason}) · replayed {boot.replayed_events} events, "
-            f"{boot.replayed_tokens:,} tokens in {boot.replay_ms:.0f} ms")
+def boot_line(boot, session) -> str:
+    """One line a person reads at startup: which boot, why, and what it cost, in the app's
+    words (channel_tui/format.py)."""
+    from channel_tui import format as fmt
+    from engine.process.runtime import boot_fields, transcript_fields
+
+    return fmt.boot_line({**boot_fields(boot), "transcript": transcript_fields(session)})
 
 
 def _print_piece(piece: str) -> None:

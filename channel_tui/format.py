@@ -64,22 +64,47 @@ def ago(then: float, now: float | None = None) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(then))
 
 
+# Why a boot was cold, in the words of someone who never heard of snapshots.
+COLD_REASONS = {"no snapshot": "nothing was saved yet",
+                "--cold: snapshot ignored": "asked to re-read it (--cold)"}
+
+
 def boot_line(event: dict) -> str:
-    """The one line that tells the user which boot happened and what each phase cost."""
+    """The one line that tells the user which boot happened and what it cost, in plain
+    words: 'Warm boot · resumed your 1,010-token conversation in 6.0 ms (re-reading it would
+    take about 20 s)'. The engine's phases are in `phase_line`."""
     events, tokens = event.get("replayed_events", 0), event.get("replayed_tokens", 0)
-    if event.get("kind") == "warm":
-        line = (f"Warm boot · restored {event.get('restored_slots', 0):,} slots in "
-                f"{ms(event.get('restore_ms'))}")
-        if events:
-            line += f" · replayed {plural(events, 'event')} in {ms(event.get('replay_ms'))}"
-        else:
-            line += " · nothing to replay"
-        return line
-    if event.get("kind") == "open":
+    kind = event.get("kind")
+    if kind == "open":
         return "Session already open in the engine"
+    talk = [m for m in event.get("transcript") or []
+            if m.get("role") in ("user", "assistant") and not m.get("hidden")]
+    if kind == "warm":
+        held = event.get("restored_slots", 0)
+        took = ms(event.get("restore_ms"))
+        line = f"Warm boot · resumed your {held:,}-token conversation in {took}"
+        estimate = reread_estimate(event, held + tokens)
+        if estimate:
+            line += f" (re-reading it would take about {estimate})"
+        if events:
+            line += f" · then read {plural(events, 'newer line')} in {ms(event.get('replay_ms'))}"
+        return line
     reason = event.get("reason") or "no snapshot"
-    return (f"Cold boot ({reason}) · replayed {plural(events, 'event')}, "
-            f"{plural(tokens, 'token')} in {ms(event.get('replay_ms'))}")
+    why = COLD_REASONS.get(reason, reason)
+    if event.get("transcript") is not None and not talk:
+        return f"Cold boot · a new conversation, ready in {ms(event.get('replay_ms'))}"
+    return (f"Cold boot · re-read your conversation ({plural(events, 'line')}, "
+            f"{plural(tokens, 'token')}) in {ms(event.get('replay_ms'))}: {why}")
+
+
+def reread_estimate(event: dict, tokens: int) -> str | None:
+    """How long a cold boot would take, from the speed this session's messages were read at
+    (the replies' `prefill_tok_s`: the median), or None when none is known."""
+    rates = sorted(m["prefill_tok_s"] for m in event.get("transcript") or []
+                   if isinstance(m.get("prefill_tok_s"), (int, float)) and m["prefill_tok_s"] > 0)
+    if not rates or tokens <= 0:
+        return None
+    return seconds(tokens / rates[len(rates) // 2])
 
 
 def phase_line(event: dict) -> str:
@@ -124,23 +149,22 @@ def replay_line(done: int, total: int, rate: float | None) -> str:
 
 
 def snapshot_text(event: dict | None, saved_at: float | None, now: float | None = None) -> str:
-    """The status bar's snapshot segment from the latest `snapshot` event."""
+    """The status bar's words for the state on disk, from the latest `snapshot` event."""
     if event is None:
-        return "no snapshot yet"
+        return "not saved yet"
     status = event.get("status")
     if status == "saved":
-        when = ago(saved_at, now) if saved_at is not None else "just now"
-        return f"saved {when} · {size(event.get('bytes'))}"
+        return f"saved {ago(saved_at, now) if saved_at is not None else 'just now'}"
     if status == "pending":
-        return "pending (debounce)"
+        return "saving in a moment"
     if status == "saving":
         return "saving…"
     if status == "exists":
-        return "unchanged"
+        return "saved, nothing new"
     if status == "failed":
-        return f"failed: {event.get('error') or 'unknown error'}"
+        return f"save failed: {event.get('error') or 'unknown error'}"
     if status == "busy":
-        return "busy (a save is running)"
+        return "saving… (a save is running)"
     if status == "loaded":
-        return f"loaded · {size(event.get('bytes'))}"
+        return "saved"
     return str(status)

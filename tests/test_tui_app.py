@@ -108,7 +108,7 @@ async def test_send_streams_and_recalls_prompts(make_app) -> None:
     events = record_events(app)
     async with app.run_test(size=SIZE) as pilot:
         first = await booted(pilot, events)
-        assert first["kind"] == "cold" and "Cold boot (no snapshot)" in banner(app)
+        assert first["kind"] == "cold" and "Cold boot · a new conversation" in banner(app)
         assert "tiny-test-llama" in status(app) and "cold boot" in status(app)
         end = await say(pilot, app, "hello there", events)
         # Tokens that arrive together are merged into one event (tested in test_tui_units);
@@ -125,9 +125,9 @@ async def test_send_streams_and_recalls_prompts(make_app) -> None:
         assert transcript.max_scroll_y > 0 and transcript.scroll_y == transcript.max_scroll_y
         last = of_type(events, "end_of_turn")[-1]
         assert f"{last['decode_tok_s']:.1f} tok/s" in status(app)
-        assert "pending (debounce)" in status(app)
+        assert "saving in a moment" in status(app)
         ring = of_type(events, "ring")[-1]
-        assert f"ring {ring['active']:,}/{ring['capacity']:,}" in status(app)
+        assert f"context {ring['active']:,}/{ring['capacity']:,}" in status(app)
         # Ctrl+Up recalls the sent prompt (then Up goes on); Down returns to the empty draft.
         await pilot.press("ctrl+up")
         assert app.chat.query_one(Prompt).text == "more 2"
@@ -215,7 +215,7 @@ async def test_cold_replay_shows_progress_rate_and_time_left(make_app, raw_event
         reports = of_type(raw_events, "replay_progress")
         assert len(reports) >= 3 and reports[-1]["done"] == reports[-1]["total"]
         assert any("tok/s" in text and "left" in text for text in shown), shown
-        assert banner(app).startswith("Cold boot (no snapshot) · replayed 13 events")
+        assert banner(app).startswith("Cold boot · re-read your conversation (13 lines")
         assert len(app.chat.query(UserMessage)) == 6
 
 
@@ -226,15 +226,16 @@ async def test_save_restore_and_export(make_app, tmp_path) -> None:
         await booted(pilot, events)
         await say(pilot, app, "remember this", events)
         await pilot.press("ctrl+s")
-        await until(pilot, lambda: "snapshot saved" in status(app), what="saved")
+        await until(pilot, lambda: " s ago" in status(app) or "saved just now" in status(app),
+                    what="saved")
         assert (tmp_path / "data" / "default.snapshot.bin").exists()
         await pilot.press("ctrl+s")
-        await until(pilot, lambda: "snapshot unchanged" in status(app), what="unchanged")
+        await until(pilot, lambda: "saved, nothing new" in status(app), what="unchanged")
         await pilot.press("ctrl+r")
         await until(pilot, lambda: of_type(events, "restored"), what="restored")
         await pilot.pause(0.1)
         restored = of_type(events, "restored")[0]
-        assert banner(app).startswith("Restored the snapshot · restored")
+        assert banner(app).startswith("Restored the last save · ")
         assert restored["kind"] == "warm"
         assert [m.role for m in app.chat.messages] == ["system", "user", "assistant"]
         assert len(app.chat.query(UserMessage)) == 1
@@ -278,7 +279,7 @@ async def test_a_failing_save_is_reported_not_raised(make_app, tmp_path) -> None
         limit = 16 << 10
         resource.prlimit(app.engine.pid, resource.RLIMIT_FSIZE, (limit, limit))
         await pilot.press("ctrl+s")
-        await until(pilot, lambda: "snapshot failed:" in status(app), what="failure")
+        await until(pilot, lambda: "save failed:" in status(app), what="failure")
         assert "file too large" in status(app).lower()
         await say(pilot, app, "still chatting", events)  # the session carries on
         await pilot.press("ctrl+q")

@@ -70,7 +70,7 @@ def test_ask_quit_relaunch_boots_warm(tmp_path, real_model_path) -> None:
                "--model", str(real_model_path)]
     first = Tmux(command)
     try:
-        first.wait_for("Cold boot (no snapshot)")
+        first.wait_for("Cold boot · a new conversation")
         # Japan, not France: the 8-bit ggml default (like llama.cpp) answers France with
         # "L'Étoile..." (a 0.08-logit near-tie in f32); Tokyo wins by 2.5 logits on every backend.
         first.keys("What is the capital of Japan?", literal=True)
@@ -85,7 +85,7 @@ def test_ask_quit_relaunch_boots_warm(tmp_path, real_model_path) -> None:
 
     second = Tmux(command)
     try:
-        second.wait_for("Warm boot · restored")
+        second.wait_for("Warm boot · resumed your")
         for text in ("What is the capital of Japan?", "Tokyo", "warm boot"):  # status bar
             second.wait_for(text, timeout=10)
         second.keys("C-q")
@@ -106,7 +106,7 @@ def test_closing_the_terminal_flushes_then_exits(tmp_path, tiny_gguf) -> None:
                f"--model {_quote(str(tiny_gguf))}"]
     term = Tmux(command)
     try:
-        term.wait_for("Cold boot (no snapshot)", timeout=60)
+        term.wait_for("Cold boot · a new conversation", timeout=60)
         term.keys("hello", literal=True)
         term.keys("Enter")
         term.wait_for("tok/s", timeout=60)

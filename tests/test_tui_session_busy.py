@@ -97,7 +97,7 @@ def test_two_apps_on_one_session_in_real_terminals(tmp_path, tiny_gguf, tiny_cac
     first = Tmux(["sh", "-c", app])
     second = None
     try:
-        first.wait_for("Cold boot (no snapshot)", timeout=60)
+        first.wait_for("Cold boot · a new conversation", timeout=60)
         second = Tmux(["sh", "-c", f"{app}; echo exit status $?; sleep 60"])
         second.wait_for("Session in use", timeout=60)
         assert "session 'default' is open in another Channel (pid" in second.screen()
@@ -105,7 +105,7 @@ def test_two_apps_on_one_session_in_real_terminals(tmp_path, tiny_gguf, tiny_cac
         screen = second.wait_for("exit status 2", timeout=60)
         assert "channel: error: session 'default' is open in another Channel (pid" in screen
         assert "Traceback" not in screen
-        assert first.alive() and "Cold boot (no snapshot)" in first.screen()
+        assert first.alive() and "Cold boot · a new conversation" in first.screen()
     finally:
         first.kill()
         if second is not None:

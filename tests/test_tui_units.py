@@ -47,12 +47,19 @@ def test_the_chat_screen_handles_every_event_type_it_lists() -> None:
 def test_boot_lines() -> None:
     warm = {"kind": "warm", "restored_slots": 3812, "restore_ms": 21.2, "replayed_events": 1,
             "replay_ms": 90.4}
-    assert fmt.boot_line(warm) == ("Warm boot · restored 3,812 slots in 21 ms · "
-                                   "replayed 1 event in 90 ms")
+    assert fmt.boot_line(warm) == ("Warm boot · resumed your 3,812-token conversation in "
+                                   "21 ms · then read 1 newer line in 90 ms")
+    # With the speed its messages were read at, what a cold boot would have cost.
+    warm["transcript"] = [{"role": "user"}, {"role": "assistant", "prefill_tok_s": 200.0},
+                          {"role": "assistant", "prefill_tok_s": 250.0}]
+    assert "(re-reading it would take about 15.2 s)" in fmt.boot_line(warm)
     cold = {"kind": "cold", "reason": "no snapshot", "replayed_events": 48,
             "replayed_tokens": 5120, "replay_ms": 23_400}
-    assert fmt.boot_line(cold) == ("Cold boot (no snapshot) · replayed 48 events, "
-                                   "5,120 tokens in 23.4 s")
+    assert fmt.boot_line(cold) == ("Cold boot · re-read your conversation (48 lines, "
+                                   "5,120 tokens) in 23.4 s: nothing was saved yet")
+    fresh = {**cold, "replayed_events": 1, "replay_ms": 40.0,
+             "transcript": [{"role": "system", "content": "Be brief."}]}
+    assert fmt.boot_line(fresh) == "Cold boot · a new conversation, ready in 40 ms"
     assert fmt.phase_line({"phases_ms": {"read_stream": 1.25, "copy": 14.0},
                            "snapshot_bytes": 88_000_000}) == \
         "read stream 1.2 ms · copy 14 ms · snapshot 88 MB"
@@ -61,13 +68,14 @@ def test_boot_lines() -> None:
 
 def test_snapshot_states() -> None:
     assert fmt.snapshot_text({"status": "saved", "bytes": 88e6}, 100.0, 112.0) == \
-        "saved 12 s ago · 88 MB"
+        "saved 12 s ago"
     assert fmt.snapshot_text({"status": "saving"}, None) == "saving…"
     assert fmt.snapshot_text({"status": "pending", "due_in_ms": 5000}, None) == \
-        "pending (debounce)"
-    assert fmt.snapshot_text({"status": "exists"}, None) == "unchanged"
+        "saving in a moment"
+    assert fmt.snapshot_text({"status": "exists"}, None) == "saved, nothing new"
     assert fmt.snapshot_text({"status": "failed", "error": "disk full"}, None) == \
-        "failed: disk full"
+        "save failed: disk full"
+    assert fmt.snapshot_text(None, None) == "not saved yet"
 
 
 def test_sessions_listing_survives_torn_lines(tmp_path) -> None:
@@ -146,9 +154,9 @@ def test_status_bar_names_the_eviction_policy_only_when_it_is_not_the_default() 
         bar.set_reactive(StatusBar.ring, {**ring, **extra})
         return " ".join(t.plain for t in bar.segments())
 
-    assert "evicts by" not in shown(policy="turns", policy_is_default=True)
-    assert "evicts by h2o" in shown(policy="h2o", policy_is_default=False)
-    assert "evicts by" not in shown()  # an engine that says nothing of its policy
+    assert "forgets by" not in shown(policy="turns", policy_is_default=True)
+    assert "forgets by h2o" in shown(policy="h2o", policy_is_default=False)
+    assert "forgets by" not in shown()  # an engine that says nothing of its policy
 
 
 def test_a_hybrid_model_says_what_each_kind_of_layer_keeps() -> None:

@@ -38,7 +38,7 @@ def test_auto_on_a_machine_without_vulkan_says_nothing(tmp_path, tiny_gguf, tiny
                    "--data-dir", str(tmp_path), "--max-tokens", "3", "hi")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Cold boot (no snapshot)"), lines
+    assert len(lines) == 1 and lines[0].startswith("Cold boot · a new conversation"), lines
 
 
 def test_a_bad_model_is_still_one_line_without_vulkan(tmp_path) -> None:

@@ -193,6 +193,7 @@ class ChatEvents:
     # -- turns --------------------------------------------------------------------------------
     async def handle_turn_started(self, event: TurnStarted) -> None:
         self.answering = event.get("user_event_id")
+        self.banner.collapse()
         await self._reply()  # ours is shown already; else another program's message, or open
 
     async def handle_prefill_progress(self, event: Progress) -> None:

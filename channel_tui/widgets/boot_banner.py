@@ -36,6 +36,10 @@ class BootBanner(Vertical):
         for name in ("warm", "cold", "info", "error"):
             self.set_class(name == kind, name)
 
+    def collapse(self) -> None:
+        """One line once the conversation goes on: the boot's phases were for its start."""
+        self.query_one("#boot-detail").display = False
+
     def progress(self, line: str, done: int, total: int, tokens: bool = True) -> None:
         """Show a bar; for token counts also the rate and the time left."""
         now = time.monotonic()
@@ -59,7 +63,8 @@ class BootBanner(Vertical):
     def show_boot(self, event: dict, restored: bool = False) -> None:
         line = fmt.boot_line(event)
         if restored:
-            line = line.replace("Warm boot", "Restored the snapshot", 1)
+            line = (f"Restored the last save · {event.get('restored_slots', 0):,} tokens back "
+                    f"in {fmt.ms(event.get('restore_ms'))}")
             if event.get("total_ms") is not None:
                 line += f" · {fmt.ms(event['total_ms'])} in all"
         kind = event.get("kind") if event.get("kind") in ("warm", "cold") else "info"

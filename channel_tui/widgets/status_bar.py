@@ -1,7 +1,9 @@
-"""The status bar: model and backend, boot, ring occupancy, speed and snapshot state.
+"""The status bar: model and backend, session, boot, context in use, speed and whether the
+conversation is saved, in plain words (the ring's own terms are in F2's memory view).
 
-Segments are laid out greedily; on a narrow terminal the bar grows to two lines instead of
-cutting a segment in half. Each field is a reactive: setting it redraws the bar.
+One line: when the terminal is too narrow for every segment, the least needed go first (the
+speed, the backend, the session's name, the context, the model), never half a segment. Each
+field is a reactive: setting it redraws the bar.
 """
 
 from __future__ import annotations
@@ -49,48 +51,52 @@ class StatusBar(Widget):
         self.engine_state = ""
 
     def segments(self) -> list[Text]:
-        parts = [Text.assemble((self.model, "bold"), (f" · {self.backend}" if self.backend
-                                                       else "", "dim"))]
+        return [text for _, text in self._ranked()]
+
+    def _ranked(self) -> list[tuple[int, Text]]:
+        """(rank, segment) in display order; a segment of higher rank goes first when the
+        line is too short."""
+        parts = [(1, Text(self.model, style="bold"))]
+        if self.backend:
+            parts.append((3, Text(self.backend, style="dim")))
         if self.session:
-            parts.append(Text.assemble(("session ", "dim"), self.session))
+            parts.append((2, Text.assemble(("session ", "dim"), self.session)))
         if self.engine_state:
-            parts.append(Text(f"engine {self.engine_state}", style="bold red"))
+            parts.append((0, Text(f"engine {self.engine_state}", style="bold red")))
         if self.boot is not None:
             kind = self.boot.get("kind", "?")
             took = self.boot.get("restore_ms") if kind == "warm" else self.boot.get("replay_ms")
             style = "bold green" if kind == "warm" else "bold yellow"
-            parts.append(Text.assemble((kind, style), f" boot {fmt.ms(took)}"))
+            parts.append((0, Text.assemble((f"{kind} boot", style), f" {fmt.ms(took)}")))
         if self.ring is not None:
             r = self.ring
-            parts.append(Text.assemble(
-                ("ring ", "dim"), f"{r.get('active', 0):,}/{r.get('capacity', 0):,}",
-                ("  anchors ", "dim"), f"{r.get('anchors', 0):,}",
-                ("  clock ", "dim"), f"{r.get('clock', 0):,}",
+            parts.append((1, Text.assemble(
+                ("context ", "dim"), f"{r.get('active', 0):,}/{r.get('capacity', 0):,}",
                 # The eviction policy, when it is not the default (--evict, docs/memory.md).
-                *((("  evicts by ", "dim"), r["policy"])
-                  if r.get("policy") and not r.get("policy_is_default", True) else ())))
+                *(((" · forgets by ", "dim"), r["policy"])
+                  if r.get("policy") and not r.get("policy_is_default", True) else ()))))
         if self.tok_s is not None:
-            parts.append(Text(f"{self.tok_s:.1f} tok/s"))
+            parts.append((4, Text(f"{self.tok_s:.1f} tok/s")))
         snap = fmt.snapshot_text(self.snapshot, self.snapshot_saved_at)
-        snap_style = "red" if snap.startswith("failed") else ""
-        parts.append(Text.assemble(("snapshot ", "dim"), (snap, snap_style)))
+        parts.append((0, Text(snap, style="red" if snap.startswith("save failed") else "")))
         return parts
 
-    def _lines(self, width: int) -> list[Text]:
-        lines: list[Text] = []
-        current = Text()
-        for part in self.segments():
-            if current and current.cell_len + len(SEPARATOR) + part.cell_len > width:
-                lines.append(current)
-                current = Text()
-            if current:
-                current.append(SEPARATOR, style="dim")
-            current.append_text(part)
-        lines.append(current)
-        return lines
+    def _line(self, width: int) -> Text:
+        ranked = self._ranked()
+        # Drop order: the highest rank first, the later of equal ranks first.
+        drop_order = sorted(range(len(ranked)), key=lambda i: (ranked[i][0], i), reverse=True)
+        dropped: set[int] = set()
+        separator = Text(SEPARATOR, style="dim")
+        while True:
+            line = separator.join([t for i, (_, t) in enumerate(ranked) if i not in dropped])
+            if line.cell_len <= width or len(dropped) == len(ranked) \
+                    or ranked[drop_order[len(dropped)]][0] == 0:
+                line.truncate(width, overflow="ellipsis")
+                return line
+            dropped.add(drop_order[len(dropped)])
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        return len(self._lines(max(1, width)))
+        return 1
 
     def render(self) -> Text:
-        return Text("\n").join(self._lines(max(1, self.content_size.width)))
+        return self._line(max(1, self.content_size.width))
