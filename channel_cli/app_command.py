@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from channel_cli.cli_args import data_dir, opt, sampling_overrides
+from channel_cli.cli_args import data_dir, opt, other_model_note, sampling_overrides
 
 
 def run_app(args: argparse.Namespace) -> int:
@@ -25,11 +25,29 @@ def app_options(args: argparse.Namespace):
     if not 0 < max_tokens <= MAX_REPLY_TOKENS:
         raise ValueError(f"--max-tokens must be from 1 to {MAX_REPLY_TOKENS}, got {max_tokens}")
     explicit_cache = opt(args, "cache_dir") or os.environ.get("CHANNEL_CACHE_DIR")
+    session = opt(args, "session", "default")
+    note = _model_note(args, session)
     return AppOptions(
-        data_dir=data_dir(args), session=opt(args, "session", "default"),
+        data_dir=data_dir(args), session=session,
         model=opt(args, "model"), backend=opt(args, "backend"),
         cold=bool(opt(args, "cold", False)),
         cache_dir=Path(explicit_cache) if explicit_cache else None,
         max_tokens=max_tokens, sampling=sampling_overrides(args),
         ring_slots=opt(args, "ring_slots"), evict=opt(args, "evict"),
+        notes=(note,) if note else (),
     )
+
+
+def _model_note(args: argparse.Namespace, session: str) -> str | None:
+    """`channel chat`'s note when --model names another model than the session's own. The
+    session's record is only read here: a bad name or a damaged record is the engine's to
+    report, in the app, when it opens the session."""
+    from engine.errors import ChannelError
+    from engine.paths import check_session_name
+    from engine.session.model_record import read_record
+
+    try:
+        record = read_record(data_dir(args), check_session_name(session))
+    except (ChannelError, ValueError, OSError):
+        return None
+    return other_model_note(session, record, opt(args, "model"))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from channel_cli import app_command, commands
 from channel_cli.cli_args import add_sampling_options, resolve_model_option
+from channel_cli.pull import add_pull_command
 from engine.errors import ChannelError
 from engine.process.flags import add_engine_flags
 
@@ -110,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("--json", action="store_true",
                         help="one JSON object per model, one per line (docs/models.md)")
     models.set_defaults(handler=commands.models)
+    add_pull_command(sub)
 
     fork = sub.add_parser("fork", help="copy a session (state and stream) under a new name")
     fork.add_argument("source", help="the session to fork")

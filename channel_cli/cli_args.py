@@ -79,16 +79,26 @@ def resolve_model_option(args: argparse.Namespace) -> None:
 def use_session_model(args: argparse.Namespace, name: str) -> None:
     """A session runs on the model it was made with (docs/models.md): set args.model to the
     recorded one, saying so when --model asked for another."""
-    from engine.session.model_record import same_file, session_model
+    from engine.session.model_record import session_model
 
     record = session_model(data_dir(args), name)
     if record is None:
         return
-    asked = opt(args, "model")
-    if asked is not None and not same_file(asked, record.path):
-        print(f"channel: note: session {name!r} runs on model {record.name!r} "
-              f"({record.path}); --model applies to new sessions", file=sys.stderr)
+    note = other_model_note(name, record, opt(args, "model"))
+    if note:
+        print(f"channel: note: {note}", file=sys.stderr)
     args.model = Path(record.path)
+
+
+def other_model_note(name: str, record, asked: Path | str | None) -> str | None:
+    """What to say when --model asks for another model than the one session `name` was
+    made with (its ModelRecord, or None for a new session): it keeps its own."""
+    from engine.session.model_record import same_file
+
+    if record is None or asked is None or same_file(asked, record.path):
+        return None
+    return (f"session {name!r} runs on model {record.name!r} ({record.path}); --model "
+            f"applies to new sessions")
 
 
 def remember_model(args: argparse.Namespace, name: str, model) -> None:

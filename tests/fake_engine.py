@@ -109,6 +109,8 @@ class Fake:
             self.emit({"type": "error", "req": req, "session": session, "code": "session_busy",
                        "message": f"session {session!r} is open in another Channel "
                                   f"(pid {HOLDER_PID})"})
+        elif kind == "models":  # this fake finds none: the picker's empty state
+            self.emit({"type": "models", "req": req, "models": []})
         elif kind == "fork":
             self.emit({"type": "forked", "req": req, "session": session,
                        "new": request.get("new"), "events": len(TRANSCRIPT),

@@ -65,3 +65,36 @@ async def test_the_apps_turns_carry_the_command_lines_sampling(tmp_path) -> None
         await until(pilot, lambda: len(app.chat.messages) == 5, what="the fake reply")
     turn = [fields for kind, fields in sent if kind == "turn"][-1]
     assert turn["temperature"] == 0.5 and turn["max_tokens"] == 64
+
+
+async def test_the_app_says_a_session_keeps_its_model(tmp_path, monkeypatch) -> None:
+    """`channel --model OTHER` on a session made on another model: the app says what
+    `channel chat` says (the session runs on its own; --model is for new sessions)."""
+    from channel_cli.cli_args import resolve_model_option
+    from engine.session.model_record import write_record
+
+    from .tiny_model import write_tiny_gguf
+
+    own, other = (write_tiny_gguf(tmp_path / name) for name in ("own.gguf", "other.gguf"))
+    write_record(tmp_path, "default", own, "0" * 32, "tiny-own")
+    args = build_parser().parse_args(["--data-dir", str(tmp_path), "--model", str(other)])
+    resolve_model_option(args)
+    options = app_options(args)
+    said = (f"session 'default' runs on model 'tiny-own' ({own.resolve()}); --model applies "
+            f"to new sessions")
+    assert options.notes == (said,)
+    # The same model, a new session, or no --model: nothing to say.
+    for argv in (["--model", str(own)], ["--model", str(other), "--session", "new"], []):
+        quiet = build_parser().parse_args(["--data-dir", str(tmp_path), *argv])
+        resolve_model_option(quiet)
+        assert app_options(quiet).notes == ()
+    shown: list[str] = []
+    original = ChannelApp.notify
+    monkeypatch.setattr(ChannelApp, "notify",
+                        lambda self, message, **kw: (shown.append(message),
+                                                     original(self, message, **kw)))
+    options.engine_command = [sys.executable, str(FAKE_ENGINE)]
+    app = ChannelApp(options)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: len(app.chat.messages) == 3, what="the fake boot")
+        assert said in shown

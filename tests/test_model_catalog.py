@@ -127,6 +127,21 @@ def test_names_resolve_or_say_which_candidates(fake: FakeHome) -> None:
     assert resolve_model("some/dir/x.gguf", roots) == Path("some/dir/x.gguf")  # a path
 
 
+def test_file_names_and_stems_resolve(fake: FakeHome, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """--model takes a listed file's name or stem (what `channel pull` prints), any case;
+    a bare file name that is a file here is still that file."""
+    roots = fake.roots()
+    monkeypatch.chdir(tmp_path)
+    assert resolve_model("tiny-q8_0.gguf", roots) == fake.paths["lmstudio"]
+    assert resolve_model("tiny-q8_0", roots) == fake.paths["lmstudio"]
+    assert resolve_model("TINY-F16", roots) == fake.paths["hf"]  # the hub snapshot's name
+    with pytest.raises(ModelChoiceError, match="no model named 'missing.gguf' "):
+        resolve_model("missing.gguf", roots)
+    (tmp_path / "tiny-q8_0.gguf").write_bytes(b"")
+    assert resolve_model("tiny-q8_0.gguf", roots) == Path("tiny-q8_0.gguf")
+
+
 def test_shipped_model_scans_in_milliseconds() -> None:
     """The bundled 98 MB model, whose 49k-entry vocabulary gguf-py takes seconds over."""
     import time

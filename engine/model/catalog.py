@@ -218,9 +218,14 @@ def _strip_path(message: str, path: Path) -> str:
 
 
 def resolve(text: str, entries: list[CatalogEntry]) -> CatalogEntry:
-    """The entry `text` names: an exact display or Ollama name, else the one entry whose
-    name contains it (any case). Raises ModelChoiceError listing the candidates."""
+    """The entry `text` names: an exact display or Ollama name, or its file's name or stem
+    (any case: what `channel pull` prints), else the one entry whose name contains it (any
+    case). Raises ModelChoiceError listing the candidates."""
     exact = [e for e in entries if text == e.name or text in e.aliases]
+    if not exact:
+        file_name = text.lower()
+        exact = [e for e in entries if file_name in (Path(e.path).name.lower(),
+                                                     Path(e.path).stem.lower())]
     if len(exact) == 1:
         return exact[0]
     if not exact:
@@ -239,9 +244,11 @@ def resolve(text: str, entries: list[CatalogEntry]) -> CatalogEntry:
 
 
 def looks_like_path(text: str) -> bool:
-    """Whether --model's value is meant as a file path rather than a listed name."""
+    """Whether --model's value is meant as a file path rather than a listed name. A bare
+    file name (`qwen2.5-0.5b-instruct-q4_k_m.gguf`) that is no file here names a listed
+    model's file."""
     return (os.sep in text or (os.altsep or os.sep) in text or text.startswith("~")
-            or text.lower().endswith(".gguf") or Path(text).exists())
+            or Path(text).exists())
 
 
 def resolve_model(text: str, roots: Roots) -> Path:

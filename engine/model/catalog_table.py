@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..paths import GET_A_MODEL, MODEL_PLACES
 from .catalog import CatalogEntry
 
 COLUMNS = ("NAME", "ARCH", "PARAMS", "QUANT", "SIZE", "CTX", "SOURCE", "STATUS")
@@ -36,8 +37,8 @@ def row(entry: CatalogEntry) -> tuple[str, ...]:
 
 def render_table(entries: list[CatalogEntry]) -> str:
     if not entries:
-        return ("No GGUF models found (looked in the Hugging Face cache, LM Studio, GPT4All, "
-                "Ollama, ~/models and CHANNEL_MODELS; see docs/models.md).")
+        return (f"No GGUF models found (looked in {MODEL_PLACES}; see docs/models.md). "
+                f"{GET_A_MODEL}.")
     rows = [COLUMNS, *(row(e) for e in entries)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS) - 1)]
     lines = []
