@@ -140,6 +140,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="print one JSON object (default)")
     bench.add_argument("--quick", action="store_true", help="fewer repeats, for smoke tests")
     bench.set_defaults(handler=commands.bench)
+
+    # `channel sessions ...` (issue 30, item 3): its parser and work in sessions_command.py.
+    from channel_cli import sessions_command
+
+    sessions_command.register(sub)
     return parser
 
 
