@@ -142,7 +142,7 @@ def test_search_finds_names_and_message_text_with_an_excerpt(tmp_path) -> None:
     assert search_sessions(tmp_path, "nowhere") == [] and search_sessions(tmp_path, " ") == []
     long = "x" * 100 + "needle" + "y" * 100
     cut = excerpt(long, 100, 6, width=20)
-    assert cut.startswith("…") and cut.endswith("…") and "needle" in cut
+    assert cut.startswith("…") and cut.endswith("…") and "needle" in cut and len(cut) == 20
 
 
 def test_the_front_end_may_import_it_without_numpy() -> None:

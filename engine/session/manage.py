@@ -39,6 +39,9 @@ from .stream import StreamLog
 
 TRASH_DIR = ".trash"  # in the data directory: hidden, and never a session name (no dot first)
 EXCERPT_CHARS = 60  # of a matching message, around the match
+# What these operations raise when they refuse or fail, each with a one-line message; a front
+# end catches these (it may not import engine.errors itself).
+FAILURES = (ChannelError, ValueError, OSError)
 
 
 class SessionFilesError(ChannelError):
@@ -143,9 +146,10 @@ def list_trash(data_dir: Path) -> list[TrashEntry]:
     return sorted(entries, key=lambda e: (-e.deleted_at, e.entry))
 
 
-def search_sessions(data_dir: Path, text: str) -> list[SearchHit]:
+def search_sessions(data_dir: Path, text: str, width: int = EXCERPT_CHARS) -> list[SearchHit]:
     """Sessions whose name or any message holds `text` (case-insensitive), one hit each:
-    the name if it matches, else the newest matching message, as a short excerpt."""
+    the name if it matches, else the newest matching message, as an excerpt of about
+    `width` characters around the match."""
     needle = text.strip().casefold()
     if not needle:
         return []
@@ -161,13 +165,17 @@ def search_sessions(data_dir: Path, text: str) -> list[SearchHit]:
         for event in reversed(events):
             at = event.content.casefold().find(needle)
             if at >= 0:
-                hits.append(SearchHit(name, event.role, excerpt(event.content, at, len(needle))))
+                hits.append(SearchHit(name, event.role,
+                                     excerpt(event.content, at, len(needle), width)))
                 break
     return hits
 
 
 def excerpt(content: str, at: int, length: int, width: int = EXCERPT_CHARS) -> str:
-    """One line of `content` around content[at:at+length], '…' where it was cut."""
+    """One line of `content` around content[at:at+length], '…' where it was cut; at most
+    `width` characters in all."""
+    if len(content) > width:
+        width = max(length, width - 2)  # room for the two '…'
     start = max(0, at - (width - length) // 2)
     end = min(len(content), start + width)
     start = max(0, end - width)
