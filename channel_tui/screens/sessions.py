@@ -121,7 +121,7 @@ class SessionListScreen(ModalScreen[str | None]):
                 continue
             table.add_row("●" if info.name == self.current else "", info.name,
                           _fit(matches[info.name] or info.last_message, LAST_WIDTH),
-                          _fit(info.model or "-", 14), _fit(info.settings, 16),
+                          _fit(info.model or "-", 16), _fit(info.settings, 14),
                           fmt.size(info.size_bytes),
                           fmt.ago(info.last_saved, now) if info.last_saved else "never",
                           key=info.name)
