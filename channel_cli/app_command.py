@@ -26,7 +26,9 @@ def app_options(args: argparse.Namespace):
         raise ValueError(f"--max-tokens must be from 1 to {MAX_REPLY_TOKENS}, got {max_tokens}")
     explicit_cache = opt(args, "cache_dir") or os.environ.get("CHANNEL_CACHE_DIR")
     return AppOptions(
-        data_dir=data_dir(args), session=opt(args, "session", "default"),
+        # No --session: the app returns to the last session used (channel_tui/preferences.py).
+        data_dir=data_dir(args), session=opt(args, "session"),
+        config_dir=opt(args, "config_dir"),
         model=opt(args, "model"), backend=opt(args, "backend"),
         cold=bool(opt(args, "cold", False)),
         cache_dir=Path(explicit_cache) if explicit_cache else None,
