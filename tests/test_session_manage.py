@@ -103,6 +103,27 @@ def test_a_failed_move_leaves_the_session_whole_under_its_name(tmp_path, monkeyp
     assert list((tmp_path / ".trash").iterdir()) == []  # its folder went too
 
 
+def test_delete_where_no_trash_can_be_made_is_one_line_and_keeps_all(tmp_path,
+                                                                     monkeypatch) -> None:
+    stored(tmp_path, "a")
+    before = files_of(tmp_path, "a")
+
+    real_mkdir = Path.mkdir
+
+    def read_only(self, *args, **kwargs):  # as a read-only file system answers
+        if self.name == ".trash":
+            raise OSError(30, "Read-only file system")
+        real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    with pytest.raises(SessionFilesError) as refused:
+        delete_session(tmp_path, "a")
+    monkeypatch.undo()
+    assert str(refused.value) == (f"cannot delete 'a': {tmp_path / '.trash'}: "
+                                  f"Read-only file system")
+    assert files_of(tmp_path, "a") == before
+
+
 def test_delete_goes_to_the_trash_and_restore_brings_it_back(tmp_path) -> None:
     stored(tmp_path, "a")
     before = files_of(tmp_path, "a")

@@ -99,14 +99,15 @@ class SessionListScreen(ModalScreen[str | None]):
         if needle:
             self.search(text)
 
-    @work(thread=True, exclusive=True, group="search")
+    @work(thread=True, exclusive=True, group="search", exit_on_error=False)
     def search(self, text: str) -> None:
         hits = {hit.session: hit.excerpt for hit in search_sessions(self.data_dir, text,
                                                                       width=LAST_WIDTH)}
         self.app.call_from_thread(self.searched, text, hits)
 
     def searched(self, text: str, hits: dict[str, str]) -> None:
-        if text == self.query_one("#sessions-search", Input).value:  # not typed over since
+        search = self.query("#sessions-search")  # empty once the list has closed
+        if search and search.first(Input).value == text:  # and not typed over since
             self.show_rows(hits)
 
     def show_rows(self, matches: dict[str, str], select: str | None = None) -> None:

@@ -221,15 +221,19 @@ def _move_all(source: SessionFiles, target: SessionFiles, failed: str) -> None:
 
 def _new_trash_folder(data_dir: Path, name: str) -> Path:
     trash = data_dir / TRASH_DIR
-    trash.mkdir(mode=0o700, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    for n in range(1, 1000):  # two deletes of one name within a second
-        folder = trash / (f"{name}-{stamp}" + (f"-{n}" if n > 1 else ""))
-        try:
-            folder.mkdir(mode=0o700)
-        except FileExistsError:
-            continue
-        return folder
+    try:
+        trash.mkdir(mode=0o700, exist_ok=True)
+        for n in range(1, 1000):  # two deletes of one name within a second
+            folder = trash / (f"{name}-{stamp}" + (f"-{n}" if n > 1 else ""))
+            try:
+                folder.mkdir(mode=0o700)
+            except FileExistsError:
+                continue
+            return folder
+    except OSError as exc:  # a read-only data directory, say
+        raise SessionFilesError(f"cannot delete {name!r}: {trash}: "
+                                f"{exc.strerror or exc}") from None
     raise SessionFilesError(f"cannot delete {name!r}: too many deletes of it this second")
 
 
