@@ -25,10 +25,11 @@ def app_options(args: argparse.Namespace):
     if not 0 < max_tokens <= MAX_REPLY_TOKENS:
         raise ValueError(f"--max-tokens must be from 1 to {MAX_REPLY_TOKENS}, got {max_tokens}")
     explicit_cache = opt(args, "cache_dir") or os.environ.get("CHANNEL_CACHE_DIR")
-    session = opt(args, "session", "default")
-    note = _model_note(args, session)
+    note = _model_note(args, _session_to_open(args)) if opt(args, "model") else None
     return AppOptions(
-        data_dir=data_dir(args), session=session,
+        # No --session: the app returns to the last session used (channel_tui/preferences.py).
+        data_dir=data_dir(args), session=opt(args, "session"),
+        config_dir=opt(args, "config_dir"),
         model=opt(args, "model"), backend=opt(args, "backend"),
         cold=bool(opt(args, "cold", False)),
         cache_dir=Path(explicit_cache) if explicit_cache else None,
@@ -36,6 +37,15 @@ def app_options(args: argparse.Namespace):
         ring_slots=opt(args, "ring_slots"), evict=opt(args, "evict"),
         notes=(note,) if note else (),
     )
+
+
+def _session_to_open(args: argparse.Namespace) -> str:
+    """The session the app will open (the last one used, without --session)."""
+    from channel_tui.preferences import default_config_dir, load_preferences, session_to_open
+
+    config = opt(args, "config_dir")
+    prefs = load_preferences(Path(config) if config else default_config_dir())[0]
+    return session_to_open(opt(args, "session"), data_dir(args), prefs)
 
 
 def _model_note(args: argparse.Namespace, session: str) -> str | None:

@@ -142,6 +142,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="print one JSON object (default)")
     bench.add_argument("--quick", action="store_true", help="fewer repeats, for smoke tests")
     bench.set_defaults(handler=commands.bench)
+
+    # `channel sessions ...` (issue 30, item 3): its parser and work in sessions_command.py;
+    # the app's preferences (the theme, the last session) are kept in --config-dir.
+    from channel_cli import sessions_command
+
+    parser.add_argument("--config-dir", type=Path, default=argparse.SUPPRESS,
+                        help="where the app keeps preferences.json (default: the platform's)")
+    sessions_command.register(sub)
     return parser
 
 

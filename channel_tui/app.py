@@ -32,6 +32,7 @@ from .messages import (
     SessionEvent,
 )
 from .options import AppOptions, data_dir_problem
+from .preferences import load_preferences, save_preferences, session_to_open
 from .screens.chat import ChatScreen
 from .screens.quitting import QuittingScreen
 
@@ -59,7 +60,10 @@ class ChannelApp(App[None]):
         self.quitting = False
         self.fatal_error: str | None = None
         self._crashes: list[float] = []
-        self.chat = ChatScreen(self.options.session, self.link)
+        self.preferences, self._preference_problems = load_preferences(
+            self.options.resolved_config_dir())
+        self._theme_restored = False  # until then a theme change is not the person's
+        self.chat = ChatScreen(self.start_session(), self.link)
 
     @property
     def engine(self) -> EngineClient | None:
@@ -87,7 +91,38 @@ class ChannelApp(App[None]):
     def get_default_screen(self) -> Screen:
         return self.chat
 
+    # -- preferences (channel_tui/preferences.py) ----------------------------------------------
+    def start_session(self) -> str:
+        return session_to_open(self.options.session, self.options.resolved_data_dir(),
+                               self.preferences)
+
+    def restore_theme(self) -> None:
+        theme = self.preferences.theme
+        if theme is not None and theme not in self.available_themes:
+            self._preference_problems.append(f"theme {theme!r} is not one of the app's "
+                                             f"themes; using the default")
+            self.preferences.theme = None
+        elif theme is not None:
+            self.theme = theme
+        self._theme_restored = True
+        for problem in self._preference_problems:
+            self.notify(f"Preferences: {problem}", severity="warning", timeout=10)
+
+    def watch_theme(self, theme: str) -> None:
+        # Chosen in the palette (Ctrl+P, "Change theme"): kept for the next start.
+        if self._theme_restored and theme != self.preferences.theme:
+            self.preferences.theme = theme
+            self.keep_preferences()
+
+    def keep_preferences(self) -> None:
+        try:
+            save_preferences(self.options.resolved_config_dir(), self.preferences)
+        except OSError as exc:
+            self.notify(f"Cannot keep the preferences in {self.options.resolved_config_dir()}: "
+                        f"{exc.strerror or exc}", severity="warning")
+
     def on_mount(self) -> None:
+        self.restore_theme()
         loop = asyncio.get_running_loop()
         for signum in QUIT_SIGNALS:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
@@ -137,6 +172,10 @@ class ChannelApp(App[None]):
         kind = event.get("type")
         if kind in ("ready", "hello"):
             self.link.hello = event
+        elif kind == "booted" and isinstance(event.get("session"), str):
+            if self.preferences.remember_session(self.options.resolved_data_dir(),
+                                                 event["session"]):
+                self.keep_preferences()  # `channel` returns to it next time
         elif kind == "error" and event.get("fatal"):
             self.fatal_error = event.get("message", "the engine cannot start")
         elif kind == "snapshot" and isinstance(self.screen, QuittingScreen):

@@ -26,7 +26,9 @@ def data_dir_problem(path: Path) -> str | None:
 @dataclass
 class AppOptions:
     data_dir: Path | None = None
-    session: str = "default"
+    # None: the session this data directory last had open (preferences.json), if it still
+    # exists, else "default" (ChannelApp.start_session).
+    session: str | None = None
     model: Path | None = None
     backend: str | None = None
     cold: bool = False  # ignore the snapshot for the first boot only; restarts boot warm
@@ -45,6 +47,7 @@ class AppOptions:
     max_restarts: int = 3  # crashes within RESTART_WINDOW_S before we stop restarting
     # What the command line has to say once the app is up (the session keeps its own model).
     notes: tuple[str, ...] = ()
+    config_dir: Path | None = None  # where preferences.json lives; default: the platform's
 
     def engine_argv(self) -> list[str]:
         return [*self.engine_command, *engine_argv(
@@ -54,3 +57,8 @@ class AppOptions:
 
     def resolved_data_dir(self) -> Path:
         return self.data_dir if self.data_dir is not None else default_data_dir()
+
+    def resolved_config_dir(self) -> Path:
+        from .preferences import default_config_dir
+
+        return self.config_dir if self.config_dir is not None else default_config_dir()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from engine.paths import SNAPSHOT_SUFFIX, STREAM_SUFFIX, SessionFiles
 
-from .settings import load_settings, summary
+from .settings import load_settings, read_json_file, summary
 
 TAIL_BYTES = 64 * 1024  # enough for the last few messages of any stream
 
@@ -27,6 +27,7 @@ class SessionInfo:
     last_saved: float | None  # the snapshot's mtime, None when there is none
     last_active: float  # the newest mtime of its files
     settings: str = "model defaults"  # its reply settings, in brief (settings.summary)
+    model: str = ""  # the model it runs on, from its model record ("" before its first open)
 
 
 def list_sessions(data_dir: Path) -> list[SessionInfo]:
@@ -55,7 +56,15 @@ def _info(data_dir: Path, name: str) -> SessionInfo:
         if path is snap:
             last_saved = st.st_mtime
     return SessionInfo(name, last_message(stream), size, last_saved, last_active,
-                       summary(load_settings(data_dir, name)[0]))
+                       summary(load_settings(data_dir, name)[0]), model_name(files))
+
+
+def model_name(files: SessionFiles) -> str:
+    """The name in the session's model record; "" when it has none or it is damaged (the
+    engine says what is wrong with it when the session opens)."""
+    record, _ = read_json_file(files.model_record)
+    name = record.get("name") if isinstance(record, dict) else None
+    return name if isinstance(name, str) else ""
 
 
 def last_message(stream: Path) -> str:

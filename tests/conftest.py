@@ -32,6 +32,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 SHARED_CACHE = REPO / ".cache" / "test-weights"
 
 
+@pytest.fixture(autouse=True)
+def private_config_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch) -> None:
+    """No test reads or writes the person's own app preferences: platformdirs' config
+    directory is a temporary one (an app a test starts without config_dir keeps its
+    preferences.json there)."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config-home")))
+
+
 @pytest.fixture(scope="session")
 def real_model_path(request: pytest.FixtureRequest) -> Path:
     return request.config.getoption("--model") or default_model_path()

@@ -30,7 +30,8 @@ SIZE = (100, 32)
 def make_app(tmp_path, tiny_gguf, tiny_cache) -> Callable[..., ChannelApp]:
     def make(**overrides) -> ChannelApp:
         fields = dict(data_dir=tmp_path / "data", model=tiny_gguf, cache_dir=tiny_cache,
-                      max_tokens=24, debounce_s=60.0, export_dir=tmp_path)
+                      max_tokens=24, debounce_s=60.0, export_dir=tmp_path,
+                      config_dir=tmp_path / "config")
         fields.update(overrides)
         return ChannelApp(AppOptions(**fields))
 

@@ -5,6 +5,7 @@ Forks are named here as well, without the prompt: a fork keeps its source's."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from textual import on
@@ -34,26 +35,34 @@ class NewSessionScreen(ModalScreen[str | None]):
     BINDINGS = [Binding("escape", "dismiss_none", "Cancel")]
 
     def __init__(self, data_dir: Path, title: str = "New session",
-                 suggestion_base: str | None = None, ask_system_prompt: bool = False) -> None:
+                 suggestion_base: str | None = None, ask_system_prompt: bool = False,
+                 value: str | None = None, hint: str = "Enter opens it · Esc cancels",
+                 refuse: Callable[[str], str | None] | None = None) -> None:
+        """`value`: the name to start from (default: a free one); `refuse`: why a name
+        typed cannot be taken (None: it can), shown in the dialog, which stays open."""
         super().__init__()
         self.data_dir = data_dir
         self.title_text = title
         self.suggestion_base = suggestion_base
         self.ask_system_prompt = ask_system_prompt
+        self.value = value
+        self.hint = hint
+        self.refuse = refuse
         self.system_prompt = load_new_session_prompt(data_dir)[0] if ask_system_prompt else ""
 
     def compose(self) -> ComposeResult:
         with Vertical(id="new-box", classes="dialog") as box:
             box.border_title = self.title_text
             yield Static("Name (letters, digits, '.', '_', '-'):")
-            yield Input(suggest_name(self.data_dir, self.suggestion_base), id="new-name",
+            start = self.value or suggest_name(self.data_dir, self.suggestion_base)
+            yield Input(start, id="new-name",
                         validators=[Function(valid_session_name,
                                              "1-64 letters, digits, '.', '_' or '-'")])
             if self.ask_system_prompt:
                 yield Static("System prompt (empty: the model's own; kept for new sessions):")
                 yield Input(self.system_prompt, id="new-system", placeholder="the model's own")
             yield Static("", id="new-error")
-            yield Static("Enter opens it · Esc cancels", classes="dialog-hint")
+            yield Static(self.hint, classes="dialog-hint")
 
     @on(Input.Submitted)
     def submitted(self, event: Input.Submitted) -> None:
@@ -62,6 +71,9 @@ class NewSessionScreen(ModalScreen[str | None]):
         if not valid_session_name(name):
             error.update(
                 "Use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit.")
+            return
+        if self.refuse is not None and (problem := self.refuse(name)) is not None:
+            error.update(problem)
             return
         if self.ask_system_prompt:
             prompt = self.query_one("#new-system", Input).value
