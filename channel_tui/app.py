@@ -260,7 +260,7 @@ class ChannelApp(App[None]):
         from .screens.help import HelpScreen
 
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(self.chat.BINDINGS, self.BINDINGS))
+            self.push_screen(HelpScreen())
 
 
 def flush_text(event: dict) -> str:

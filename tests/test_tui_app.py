@@ -232,7 +232,7 @@ async def test_save_restore_and_export(make_app, tmp_path) -> None:
         assert (tmp_path / "data" / "default.snapshot.bin").exists()
         await pilot.press("ctrl+s")
         await until(pilot, lambda: "saved, nothing new" in status(app), what="unchanged")
-        await pilot.press("ctrl+r")
+        await pilot.press("f8")
         await until(pilot, lambda: of_type(events, "restored"), what="restored")
         await pilot.pause(0.1)
         restored = of_type(events, "restored")[0]
@@ -381,7 +381,7 @@ async def test_boot_comparison_screen(make_app) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await booted(pilot, events)
         await say(pilot, app, "compare me", events)
-        await pilot.press("ctrl+b")
+        await pilot.press("f7")
         screen = app.screen
         await until(pilot, lambda: screen.result is not None, what="comparison")
         result = screen.result

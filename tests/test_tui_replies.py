@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from channel_tui.replies import ReplyChoices
 from channel_tui.settings import save_settings
-from channel_tui.widgets.transcript import AssistantMessage
+from channel_tui.widgets.transcript import AssistantMessage, UserMessage
 
 from .test_tui_app import SIZE, booted, make_app, of_type, record_events, say, until
 
@@ -52,8 +52,11 @@ async def test_alt_arrows_step_through_the_replies_ctrl_g_kept(make_app, tmp_pat
         await pilot.pause(0.1)
         assert "one reply" in str(app.chat.note_line.render())
 
+        message = app.chat.query(UserMessage).last()
         await pilot.press("ctrl+g")
         await until(pilot, lambda: len(of_type(events, "end_of_turn")) == 2, what="again")
+        # Only the reply's bubble was redrawn: the message above it is the same widget.
+        assert app.chat.query(UserMessage).last() is message and message.is_attached
         await until(pilot, lambda: app.chat.current is None, what="the reply to end")
         second = of_type(events, "end_of_turn")[-1]
         assert second["reply"] != first["reply"]

@@ -109,7 +109,7 @@ def test_settings_screen(snap_compare, tmp_path) -> None:
 def test_boot_comparison(snap_compare, tmp_path) -> None:
     async def compare(pilot) -> None:
         await booted(pilot)
-        await pilot.press("ctrl+b")
+        await pilot.press("f7")
         await until(pilot, lambda: getattr(pilot.app.screen, "result", None) is not None)
         await pilot.pause(0.1)
 

@@ -115,7 +115,7 @@ class ChatEdits:
 
     # -- their answers (called from ChatEvents' table) -------------------------------------
     async def handle_undone(self, event: Undone) -> None:
-        await self._rebuild(event)
+        await self._rebuild(event, trim=True)
         how = ("rolled back, nothing re-read" if event.get("method") == "rollback"
                else f"replayed: {event.get('reason')}")
         self.note(f"Took back {len(event.get('retracted') or [])} message(s) · {how}")

@@ -174,7 +174,11 @@ class ChatEvents:
         self.notify(f"Restored {event.get('restored_slots', 0):,} slots in {fmt.ms(took)}",
                     title="Restore")
 
-    async def _rebuild(self, event: Booted | Undone) -> None:
+    async def _rebuild(self, event: Booted | Undone, trim: bool = False) -> None:
+        """Show the transcript an event carries. With `trim` (an undo or a regenerate), when
+        it is what is shown less its last messages, only those bubbles go: the rest do not
+        blink."""
+        before = self.messages
         transcript = event.get("transcript") or []
         self.replies = ReplyChoices.from_transcript(transcript)
         self.messages = [ChatMessage(m.get("role", "?"), m.get("content", ""), m.get("id"),
@@ -185,7 +189,16 @@ class ChatEvents:
         if last is not None and last.role == "assistant" and self.replies.label():
             last.stats = " · ".join(p for p in (last.stats, self.replies.label()) if p)
         await self._finish_current("interrupted")
-        await self.transcript.show(self.messages)
+        kept, gone = before[:len(self.messages)], before[len(self.messages):]
+        # (A message sent from here is known by its text: it got its id in the stream.)
+        if trim and gone and all(m.stop != WITHDRAWN for m in gone) and [
+                (m.role, m.content) for m in kept] == [
+                (m.role, m.content) for m in self.messages]:
+            if self.queued_widget is not None:
+                await self.queued_widget.remove()
+            await self.transcript.drop_last(len(gone))
+        else:
+            await self.transcript.show(self.messages)
         if self.queued is not None:  # still waiting: show it again below the transcript
             self.queued_widget = await self.transcript.add_user(self.queued, via="pending")
         self.prompt.past_prompts = [m.content for m in self.messages if m.role == "user"]

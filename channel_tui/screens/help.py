@@ -19,6 +19,7 @@ TYPING_KEYS = [
     ("Enter", "Send the message (queued while busy or starting)"),
     ("↑", "From an empty box: the newest message (then ↑ / ↓ between messages, Esc back)"),
 ]
+KEY_NAMES = {"escape": "Esc", "pageup": "PageUp", "pagedown": "PageDown"}
 MAX_KEYS_SHOWN = 2  # of one binding's alternatives: the rest are synonyms (Alt+Enter…)
 ABOUT = (
     "Channel keeps the model's working memory (its K/V ring) across restarts: quitting saves "
@@ -30,8 +31,8 @@ ABOUT = (
 def key_label(keys: str) -> str:
     """'ctrl+q,ctrl+c' -> 'Ctrl+Q / Ctrl+C'."""
     def one(key: str) -> str:
-        parts = ["Esc" if p == "escape" else p for p in key.split("+")]
-        return "+".join(p.capitalize() if len(p) > 1 else p.upper() for p in parts)
+        return "+".join(KEY_NAMES.get(p) or (p.capitalize() if len(p) > 1 else p.upper())
+                        for p in key.split("+"))
     return " / ".join(one(k) for k in keys.split(",")[:MAX_KEYS_SHOWN])
 
 
@@ -48,14 +49,21 @@ def key_rows(*binding_lists: Iterable[Binding | tuple]) -> list[tuple[str, str]]
     return [(" / ".join(keys), what) for keys, what in rows.values()]
 
 
+def help_rows() -> list[tuple[str, str]]:
+    """Every key of the app, as F1 and the README show them."""
+    from ..app import ChannelApp
+    from .chat import ChatScreen
+
+    return TYPING_KEYS + key_rows(Prompt.BINDINGS, MESSAGE_BINDINGS, ChatScreen.BINDINGS,
+                                  ChannelApp.BINDINGS)
+
+
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,f1,q", "dismiss", "Close")]
 
-    def __init__(self, screen_bindings: Iterable[Binding | tuple],
-                 app_bindings: Iterable[Binding | tuple]) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.rows = TYPING_KEYS + key_rows(Prompt.BINDINGS, MESSAGE_BINDINGS,
-                                           screen_bindings, app_bindings)
+        self.rows = help_rows()
 
     def compose(self) -> ComposeResult:
         with Vertical(id="help-box", classes="dialog") as box:

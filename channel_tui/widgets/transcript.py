@@ -221,6 +221,12 @@ class Transcript(VerticalScroll):
             await self.mount_all(widgets)
         self.anchor()
 
+    async def drop_last(self, count: int) -> None:
+        """Remove the last `count` message bubbles (an undo, a regenerate), nothing else."""
+        bubbles = [w for w in self.children if isinstance(w, (UserMessage, AssistantMessage))]
+        for widget in bubbles[max(0, len(bubbles) - count):]:
+            await widget.remove()
+
     def show_memory(self, turns: list[list[int]], older_forgotten: bool) -> None:
         """Mark each answered turn (a user message and its replies) by how much of it the ring
         still holds. `turns` is the engine's `[tokens, kept]` per recorded turn, oldest first;
