@@ -271,6 +271,11 @@ def test_boot_compare_times_cold_and_warm(engine) -> None:
     turn(e, "s", "something to replay")
     turn(e, "s", "and a little more")
     result = e.request({"type": "boot_compare", "session": "s"}, "boot_compare")
+    # The cold boot said how far it got, under the request's id, up to the whole of it
+    # (the conversation after the pinned system prompt).
+    reports = [ev for ev in e.log if ev.get("type") == "replay_progress"
+               and ev.get("req") == result["req"]]
+    assert reports and 0 < reports[-1]["done"] == reports[-1]["total"] < result["cold_tokens"]
     assert result["warm_kind"] == "warm" and result["warm_slots"] > 0
     assert result["cold_events"] == 5 and result["cold_tokens"] == result["warm_slots"]
     assert result["cold_ms"] > 0 and result["warm_ms"] > 0

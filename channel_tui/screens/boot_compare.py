@@ -1,5 +1,5 @@
-"""Ctrl+B: boot the session cold (replay everything) and warm (restore the snapshot), side by
-side, through the engine's `boot_compare` request."""
+"""F7: boot the session cold (replay everything) and warm (restore the snapshot), side by
+side, through the engine's `boot_compare` request; the cold boot's progress shows as it goes."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import LoadingIndicator, Static
+from textual.widgets import LoadingIndicator, ProgressBar, Static
 
 from .. import format as fmt
 
@@ -45,10 +45,12 @@ class BootCompareScreen(ModalScreen[None]):
                          "(re-reading the whole conversation), then warm (from the "
                          "snapshot)…", id="compare-intro")
             yield LoadingIndicator(id="compare-loading")
+            yield ProgressBar(id="compare-progress", show_eta=False)
             yield Static("", id="compare-result")
             yield Static("Esc closes", classes="dialog-hint")
 
     def on_mount(self) -> None:
+        self.query_one("#compare-progress").display = False
         self.request_id = self.engine.send("boot_compare", on_event=self._answer,
                                            session=self.session)
         if self.request_id is None:
@@ -63,7 +65,16 @@ class BootCompareScreen(ModalScreen[None]):
 
     def on_boot_compare_screen_answer(self, message: Answer) -> None:
         event = message.event
-        if event.get("type") == "boot_compare":
+        if event.get("type") == "replay_progress":
+            done, total = event.get("done", 0), event.get("total", 0)
+            self.query_one("#compare-loading").display = False
+            bar = self.query_one("#compare-progress", ProgressBar)
+            bar.display = True
+            bar.update(total=max(total, 1), progress=done)
+            self.query_one("#compare-intro", Static).update(
+                f"Cold boot: re-reading the conversation · {done:,} / {total:,} tokens")
+        elif event.get("type") == "boot_compare":
+            self.query_one("#compare-progress").display = False
             self.show_result(event)
         elif event.get("type") == "error":
             self._show_error(event.get("message", "unknown error"))

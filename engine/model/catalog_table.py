@@ -20,7 +20,8 @@ def count(n: int | None) -> str:
 
 
 def size(n: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+    """Bytes in decimal units, as the app shows them (one unit system everywhere)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{n} B"

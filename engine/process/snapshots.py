@@ -67,8 +67,13 @@ class SnapshotRequests:
 
         runtime = self._runtime(request)
         self._save(runtime, request.id, wait=True)
+
+        def progress(done: int, total: int) -> None:  # the cold boot is the long one
+            self.emit({"type": "replay_progress", "req": request.id, "session": runtime.name,
+                       "done": done, "total": total})
+
         result = compare_boots(runtime.session.model, self.data_dir, runtime.name,
                                self.placement.policy(runtime.session.model.config),
-                               self.placement.backend(runtime.session.model.config))
+                               self.placement.backend(runtime.session.model.config), progress)
         self.emit({"type": "boot_compare", "req": request.id, "session": runtime.name,
                    **result})

@@ -7,15 +7,17 @@ from pathlib import Path
 
 from ..model.model import Model
 from ..state.ring_policy import RingPolicy
+from .replay import ReplayProgress
 from .session import Session
 
 
 def compare_boots(model: Model, data_dir: Path, name: str, policy: RingPolicy | None = None,
-                  backend=None) -> dict:
-    """Boot fresh copies of session `name` cold (replay everything) and warm (snapshot)."""
+                  backend=None, progress: ReplayProgress | None = None) -> dict:
+    """Boot fresh copies of session `name` cold (replay everything, saying how far it got
+    through `progress`) and warm (snapshot)."""
     cold = Session(model, data_dir, name, policy, backend)
     t0 = time.perf_counter()
-    cold_report = cold.boot(cold=True)
+    cold_report = cold.boot(cold=True, progress=progress)
     cold_ms = (time.perf_counter() - t0) * 1e3
     del cold
     warm = Session(model, data_dir, name, policy, backend)

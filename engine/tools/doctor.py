@@ -11,6 +11,8 @@ import platform
 import shutil
 from pathlib import Path
 
+from ..model.catalog_table import size
+
 
 def _dir(path: Path) -> dict:
     existing = next((p for p in (path, *path.parents) if p.exists()), None)
@@ -67,13 +69,7 @@ def diagnose(model: Path | None, data_dir: Path, cache_dir: Path) -> dict:
 
 
 def _size(n: int | None) -> str:
-    if n is None:
-        return "?"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return "?"
+    return "?" if n is None else size(n)  # the catalog's units: `channel models` agrees
 
 
 def render(report: dict) -> str:
