@@ -54,6 +54,16 @@ def test_main_screen(snap_compare, tmp_path) -> None:
     assert snap_compare(fake_app(tmp_path), terminal_size=SIZE, run_before=one_turn)
 
 
+def test_main_screen_at_80_by_24(snap_compare, tmp_path) -> None:
+    """The smallest terminal people use: one status line, the essential keys in the footer,
+    the banner down to one line after the first turn, the conversation still readable."""
+    assert snap_compare(fake_app(tmp_path), terminal_size=(80, 24), run_before=one_turn)
+
+
+def test_main_screen_at_140_by_45(snap_compare, tmp_path) -> None:
+    assert snap_compare(fake_app(tmp_path), terminal_size=(140, 45), run_before=one_turn)
+
+
 def test_cold_boot_banner(snap_compare, tmp_path) -> None:
     assert snap_compare(fake_app(tmp_path, "--cold-boot"), terminal_size=SIZE,
                         run_before=booted)
