@@ -21,7 +21,10 @@ REPO = Path(__file__).resolve().parent.parent
 # The protocol module and what it imports: standard library only, shared by both sides.
 PROTOCOL_MODULES = {"engine", "engine.errors", "engine.paths", "engine.process",
                     "engine.process.flags", "engine.process.protocol", "engine.state",
-                    "engine.state.sampling", "engine.text"}
+                    "engine.state.sampling", "engine.text",
+                    # Moving session files (rename, trash, search): files and locks only.
+                    "engine.session", "engine.session.manage", "engine.session.owner",
+                    "engine.session.stream", "engine.fileio"}
 
 
 def test_the_app_imports_neither_numpy_nor_engine_internals() -> None:
