@@ -21,6 +21,7 @@ from textual.screen import Screen
 from textual.widgets import TextArea
 
 from . import format as fmt
+from .app_keys import APP_BINDINGS
 from .engine import EngineClient
 from .link import EngineLink
 from .messages import (
@@ -44,13 +45,7 @@ class ChannelApp(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "Channel"
     # Every action is also in the command palette (Ctrl+P): see get_system_commands.
-    BINDINGS = [
-        Binding("ctrl+q", "quit", "Quit", priority=True, id="quit",
-                tooltip="Quit: the working state is saved first"),
-        Binding("ctrl+c", "copy_or_quit", "Copy", show=False, priority=True, id="quit-alt",
-                tooltip="Copy the selected text; with nothing selected, quit as Ctrl+Q"),
-        Binding("f1", "help", "Help", id="help", tooltip="Every key, in one place"),
-    ]
+    BINDINGS = APP_BINDINGS
 
     def __init__(self, options: AppOptions | None = None) -> None:
         super().__init__()

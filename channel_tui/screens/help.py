@@ -11,8 +11,10 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
+from ..app_keys import APP_BINDINGS
 from ..widgets.prompt import Prompt
 from ..widgets.transcript import MESSAGE_BINDINGS
+from .chat import ChatScreen
 
 # Keys of the message box, which TextArea handles rather than a binding of ours.
 TYPING_KEYS = [
@@ -51,11 +53,8 @@ def key_rows(*binding_lists: Iterable[Binding | tuple]) -> list[tuple[str, str]]
 
 def help_rows() -> list[tuple[str, str]]:
     """Every key of the app, as F1 and the README show them."""
-    from ..app import ChannelApp
-    from .chat import ChatScreen
-
     return TYPING_KEYS + key_rows(Prompt.BINDINGS, MESSAGE_BINDINGS, ChatScreen.BINDINGS,
-                                  ChannelApp.BINDINGS)
+                                  APP_BINDINGS)
 
 
 class HelpScreen(ModalScreen[None]):

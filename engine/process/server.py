@@ -18,25 +18,23 @@ from pathlib import Path
 from ..allocs import rss_mb
 from ..backends.numpy.backend import NumpyBackend
 from ..backends.select import Choice, Placement
-from ..errors import ChannelError, SessionBusyError
+from ..errors import ChannelError
 from ..model.model import Model
 from ..session.alternatives import reply_origin
 from ..session.answering import TurnResult
-from ..session.owner import acquire_session
-from ..session.session import Session
 from ..session.stream import StreamEvent
 from ..session.turns import PendingTurn
 from ..state.sampling_defaults import defaults_for
 from .edits import TurnEdits
+from .opening import SessionOpening
 from .protocol import (
     PROTOCOL_VERSION,
-    SESSION_BUSY,
     Limits,
     ProtocolError,
     Request,
     parse_request,
 )
-from .runtime import SessionRuntime, boot_fields, ring_size_fields, ring_summary, transcript_fields
+from .runtime import SessionRuntime, ring_summary
 from .session_models import SessionModels
 from .snapshots import SnapshotRequests
 from .stream_poll import StreamPolling
@@ -48,11 +46,7 @@ Handler = Callable[[Request], None]
 DEFAULT_MAX_TOKENS = 512
 
 
-class BootAbandoned(Exception):
-    """Raised from a replay progress callback to stop opening a session."""
-
-
-class EngineServer(TurnEdits, SnapshotRequests, StreamPolling):
+class EngineServer(SessionOpening, TurnEdits, SnapshotRequests, StreamPolling):
     def __init__(self, model: Model, data_dir: Path, emit: Emit, debounce_s: float = 5.0,
                  placement: Placement | None = None, limits: Limits | None = None,
                  models: SessionModels | None = None):
@@ -195,67 +189,6 @@ class EngineServer(TurnEdits, SnapshotRequests, StreamPolling):
                 "backend_info": backend, "data_dir": str(self.data_dir),
                 "sessions": sorted(self.sessions)}
 
-    def _on_open(self, request: Request) -> None:
-        name = request.session
-        if name in self.sessions:
-            runtime = self.sessions[name]
-            self.models.check_same(name, runtime.session.model, request.args.get("model"))
-            self.emit({"type": "booted", "req": request.id, "session": name, "kind": "open",
-                       "reason": "already open", "transcript": transcript_fields(runtime.session)})
-            self._emit_ring(runtime, request.id)
-            self._keeps_its_system_prompt(runtime.session, request)
-            return
-        try:  # one writer per session; asked first, so a refusal loads no model
-            owner = acquire_session(self.data_dir, name)
-        except SessionBusyError as exc:
-            self._error(request, SESSION_BUSY, str(exc))
-            return
-        try:
-            model_path = request.args.get("model")
-            model = self.models.for_session(name, Path(model_path) if model_path else None)
-            session = Session(model, self.data_dir, name, self.placement.policy(model.config),
-                              self.placement.backend(model.config))
-        except BaseException:
-            owner.release()
-            raise
-
-        def progress(done: int, total: int) -> None:
-            self.emit({"type": "replay_progress", "req": request.id, "session": name,
-                       "done": done, "total": total})
-            if self.stopping.is_set():
-                raise BootAbandoned  # a long cold replay must not hold up a shutdown
-
-        try:
-            report = session.open(bool(request.args.get("cold")), progress, owner,
-                                  request.args.get("system"))
-        except BootAbandoned:
-            # Never registered, so never flushed: a half-replayed ring is not saved.
-            self._error(request, "shutting_down", f"opening {name!r} abandoned: shutting down")
-            return
-        runtime = SessionRuntime(session, stream_offset=session.stream_offset)
-        self.sessions[name] = runtime
-        note = self.models.remember(name, model)
-        if note:
-            self.emit({"type": "warning", "req": request.id, "session": name, "message": note})
-        self.emit({"type": "booted", "req": request.id, "session": name, **boot_fields(report),
-                   **self.models.fields(model), **ring_size_fields(session.conversation),
-                   "transcript": transcript_fields(runtime.session)})
-        self._emit_ring(runtime, request.id)
-        self._keeps_its_system_prompt(session, request)
-        self._poll(name)  # anything appended while we booted
-        pending = session.begin_pending()
-        if pending is not None and not self.stopping.is_set():
-            self._answer(runtime, request.id, pending)
-
-    def _keeps_its_system_prompt(self, session: Session, request: Request) -> None:
-        """An `open` asked for a system prompt the session was not started with: it
-        applies to a new session only; say so rather than ignore it."""
-        asked = request.args.get("system")
-        if asked and asked.strip() and asked != session.system_prompt:
-            self.emit({"type": "warning", "req": request.id, "session": session.name,
-                       "message": f"session {session.name!r} keeps its system prompt: a new "
-                                  "one applies to a new session, or to a fork of this one"})
-
     def _on_turn(self, request: Request) -> None:
         runtime = self._runtime(request)
         # Messages other programs queued are answered first, in the stream's order: the
@@ -335,14 +268,6 @@ class EngineServer(TurnEdits, SnapshotRequests, StreamPolling):
 
     def _on_models(self, request: Request) -> None:
         self.emit({"type": "models", "req": request.id, "models": self.models.catalog()})
-
-    def _on_close(self, request: Request) -> None:
-        runtime = self._runtime(request)
-        self._flush(runtime, request.id)
-        del self.sessions[runtime.name]
-        runtime.session.close()  # another Channel may open it now
-        self.models.release(runtime.name)
-        self.emit({"type": "closed", "req": request.id, "session": runtime.name})
 
     def _shutdown(self, request_id, reason: str) -> None:
         for runtime in list(self.sessions.values()):
