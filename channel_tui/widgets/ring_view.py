@@ -15,8 +15,6 @@ import math
 from rich.text import Text
 from textual.widget import Widget
 
-LEGEND_LINES = 4
-
 
 def _ramp(start: tuple[int, int, int], end: tuple[int, int, int]) -> list[str]:
     steps = []
@@ -64,7 +62,7 @@ def downsample(cells: str, per_cell: int) -> str:
 class RingView(Widget):
     def __init__(self, *, id: str | None = None) -> None:  # noqa: A002 (Textual's name)
         super().__init__(id=id)
-        self.border_title = "Ring"
+        self.border_title = "Memory (the K/V ring)"
         self.ring: dict | None = None
 
     def update_ring(self, ring: dict) -> None:
@@ -77,12 +75,14 @@ class RingView(Widget):
 
     def _update_scale(self) -> None:
         per_cell = self._per_cell()
-        self.border_subtitle = f"half-cell = {per_cell} slot" + ("s" if per_cell > 1 else "")
+        self.border_subtitle = f"each half-cell: {per_cell} token" + ("s" if per_cell > 1
+                                                                         else "")
 
     def _per_cell(self) -> int:
         """Slots per half cell: two per character cell, bucketed when the ring won't fit."""
         cells = (self.ring or {}).get("cells", "")
-        width, map_rows = self.content_size.width, self.content_size.height - LEGEND_LINES
+        width = self.content_size.width
+        map_rows = self.content_size.height - self._legend_rows(width)
         if not cells or width < 1 or map_rows < 1:
             return 1
         return max(1, math.ceil(len(cells) / (width * 2 * map_rows)))
@@ -91,7 +91,7 @@ class RingView(Widget):
         width, height = self.content_size.width, self.content_size.height
         if self.ring is None:
             return Text("waiting for the engine…", style="dim")
-        if width < 4 or height <= LEGEND_LINES:
+        if width < 4 or height <= self._legend_rows(width):
             return Text("(too small)", style="dim")
         cells = self.ring.get("cells", "")
         per_cell = self._per_cell()
@@ -116,18 +116,25 @@ class RingView(Widget):
         text.append_text(self._legend(per_cell))
         return text
 
+    def _legend_rows(self, width: int) -> int:
+        """The rows the legend takes at `width`, its lines wrapped."""
+        lines = self._legend(1).plain.split("\n")
+        return sum(max(1, math.ceil(len(line) / max(1, width))) for line in lines)
+
     def _legend(self, per_cell: int) -> Text:
         r = self.ring or {}
         legend = Text()
-        for label, colour in (("anchor", ANCHOR[7]), ("recent", RECENT[7]),
-                              ("older", HEAT[7]), ("free", FREE), ("turn", TURN_START)):
+        # The engine's words, explained: anchors are the pinned system prompt, slots tokens.
+        for label, colour in (("system prompt", ANCHOR[7]), ("recent", RECENT[7]),
+                              ("older (brighter: more attended)", HEAT[7]), ("free", FREE),
+                              ("turn start", TURN_START)):
             legend.append("■", style=colour)
             legend.append(f" {label} ")
         legend.append("\n")
-        legend.append(f"{r.get('active', 0):,}/{r.get('capacity', 0):,} live · "
-                      f"{r.get('anchors', 0):,} anchors", style="dim")
+        legend.append(f"{r.get('active', 0):,} of {r.get('capacity', 0):,} tokens · "
+                      f"{r.get('anchors', 0):,} pinned (anchors)", style="dim")
         legend.append("\n")
-        legend.append(f"evicted {r.get('evicted', 0):,} · rebases {r.get('rebases', 0)}",
+        legend.append(f"{r.get('evicted', 0):,} forgotten · {r.get('rebases', 0)} rebases",
                       style="dim")
         legend.append("\n")
         legend.append(turn_counts(r.get("turns", []), bool(r.get("older_turns_forgotten"))),
@@ -143,6 +150,8 @@ def turn_counts(turns: list[list[int]], older_forgotten: bool) -> str:
     parts = [f"{whole:,} turn{'s' if whole != 1 else ''} in memory"]
     if partly:
         parts.append(f"{partly:,} partly")
-    if gone or older_forgotten:
-        parts.append(f"{gone:,}{'+' if older_forgotten else ''} forgotten")
+    if gone:
+        parts.append(f"{gone:,} forgotten")
+    if older_forgotten:
+        parts.append("older ones forgotten")
     return " · ".join(parts)
