@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from rich.table import Table
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from ..app_keys import APP_BINDINGS
 from ..widgets.prompt import Prompt
@@ -67,12 +68,15 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="help-box", classes="dialog") as box:
             box.border_title = "Channel · keys"
-            table: DataTable = DataTable(id="help-keys", cursor_type="none",
-                                         show_header=False, zebra_stripes=True)
-            table.add_columns("Key", "What it does")
+            # A Rich table wraps a long description instead of cutting it (80 columns).
+            table = Table(show_header=False, box=None, expand=True, padding=(0, 1),
+                          row_styles=["", "on #1f1f1f"])
+            table.add_column("Key", no_wrap=True, style="bold")
+            table.add_column("What it does", ratio=1)
             for key, what in self.rows:
                 table.add_row(key, what)
-            yield table
+            with VerticalScroll(id="help-keys"):
+                yield Static(table)
             yield Static(ABOUT, id="help-about")
             yield Static("Esc closes", classes="dialog-hint")
 
