@@ -97,6 +97,8 @@ async def test_a_changed_prompt_kept_for_new_sessions_starts_the_next_one(make_a
         await pilot.press("ctrl+n")  # the next session shows it, and starts from it
         await until(pilot, lambda: isinstance(app.screen, NewSessionScreen), what="Ctrl+N")
         assert app.screen.query_one("#new-system").value == NEW
+        # The dialog says which model the new session will run on.
+        assert "tiny-test-llama" in str(app.screen.query_one("#new-model").render())
         await pilot.press("enter")
         await booted(pilot, events, count=2)
         assert app.chat.system_prompt() == NEW

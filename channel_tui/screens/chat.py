@@ -275,7 +275,8 @@ class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatSettings, ChatNavigatio
     def action_new_session(self) -> None:
         from .new_session import NewSessionScreen
 
-        self.app.push_screen(NewSessionScreen(self.data_dir(), ask_system_prompt=True),
+        self.app.push_screen(NewSessionScreen(self.data_dir(), ask_system_prompt=True,
+                                              model=self.engine.model),
                              self.switch_session)
 
     def action_sessions(self) -> None:

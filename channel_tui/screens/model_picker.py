@@ -199,6 +199,8 @@ def model_session_flow(chat) -> None:
                 return
             await chat.switch_session(name, model=str(model["path"]))
 
-        chat.app.push_screen(NewSessionScreen(data_dir, ask_system_prompt=True), named)
+        chat.app.push_screen(NewSessionScreen(data_dir, ask_system_prompt=True,
+                                              model=model.get("label") or model.get("name")),
+                             named)
 
     chat.app.push_screen(ModelPickerScreen(chat.engine), picked)

@@ -37,9 +37,11 @@ class NewSessionScreen(ModalScreen[str | None]):
     def __init__(self, data_dir: Path, title: str = "New session",
                  suggestion_base: str | None = None, ask_system_prompt: bool = False,
                  value: str | None = None, hint: str = "Enter opens it · Esc cancels",
-                 refuse: Callable[[str], str | None] | None = None) -> None:
+                 refuse: Callable[[str], str | None] | None = None,
+                 model: str | None = None) -> None:
         """`value`: the name to start from (default: a free one); `refuse`: why a name
-        typed cannot be taken (None: it can), shown in the dialog, which stays open."""
+        typed cannot be taken (None: it can), shown in the dialog, which stays open;
+        `model`: the model the new session will run on, said in the dialog."""
         super().__init__()
         self.data_dir = data_dir
         self.title_text = title
@@ -48,11 +50,15 @@ class NewSessionScreen(ModalScreen[str | None]):
         self.value = value
         self.hint = hint
         self.refuse = refuse
+        self.model = model
         self.system_prompt = load_new_session_prompt(data_dir)[0] if ask_system_prompt else ""
 
     def compose(self) -> ComposeResult:
         with Vertical(id="new-box", classes="dialog") as box:
             box.border_title = self.title_text
+            if self.model:
+                yield Static(f"Runs on {self.model} (F5 picks another model)",
+                             id="new-model", markup=False)
             yield Static("Name (letters, digits, '.', '_', '-'):")
             start = self.value or suggest_name(self.data_dir, self.suggestion_base)
             yield Input(start, id="new-name",
