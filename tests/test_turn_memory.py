@@ -58,7 +58,7 @@ def test_turn_counts_in_the_heat_map_legend() -> None:
     assert turn_counts([[5, 5]], False) == "1 turn in memory"
     assert turn_counts([[5, 0], [5, 2], [5, 5], [4, 4]], False) == \
         "2 turns in memory · 1 partly · 1 forgotten"
-    assert turn_counts([[5, 5]], True) == "1 turn in memory · 0+ forgotten"
+    assert turn_counts([[5, 5]], True) == "1 turn in memory · older ones forgotten"
 
 
 async def test_the_app_marks_turns_the_ring_forgot(tmp_path, tiny_gguf, tiny_cache) -> None:
