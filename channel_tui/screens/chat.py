@@ -32,12 +32,13 @@ from .chat_edits import ChatEdits
 from .chat_events import ChatEvents
 from .chat_navigation import ChatNavigation
 from .chat_queue import ChatQueue
+from .chat_sessions import ChatSessions
 from .chat_settings import ChatSettings
 from .long_message import LongMessageScreen, too_long
 
 
 class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatSettings, ChatNavigation, ChatQueue,
-                 Screen):
+                 ChatSessions, Screen):
     # One line per key: the footer, the help screen (F1) and the command palette (Ctrl+P)
     # are all made from these (description: the short label; tooltip: what it does).
     BINDINGS = [
@@ -181,38 +182,6 @@ class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatSettings, ChatNavigatio
     def data_dir(self) -> Path:
         return self.engine.data_dir()
 
-    # -- sessions -----------------------------------------------------------------------------
-    def open_session(self, name: str, cold: bool = False, model: str | None = None) -> None:
-        self.session = name
-        self.fatal = False
-        self.session_open = False
-        self.answers.clear()  # the last session's requests: their events are ignored now
-        self.status_bar.clear_session(name)
-        self.load_session_settings(name)
-        self.banner.show(f"Opening session {name!r}…" +
-                         (" (cold: ignoring the snapshot)" if cold else ""))
-        fields: dict[str, object] = {"session": name}
-        if cold:
-            fields["cold"] = True
-        if model:  # a new session on a model from the picker; the engine records it
-            fields["model"] = model
-        fields.update(self.new_session_fields(name))
-        self.send("open", self.open_answer(), **fields)
-
-    async def switch_session(self, name: str | None, model: str | None = None) -> None:
-        if not name or (name == self.session and model is None):
-            return
-        if self.busy:
-            self.send("cancel", session=self.session)
-            await self._finish_current("cancelled")
-        if self.queued:
-            self._restore_draft(self.queued)
-            await self._drop_queued()
-        self.send("close", session=self.session)  # flushes its snapshot before the open
-        await self.transcript.show([])
-        self.note("")
-        self.open_session(name, model=model)
-
     # -- sending ------------------------------------------------------------------------------
     @on(Prompt.Submitted)
     async def send_from_prompt(self, event: Prompt.Submitted) -> None:
@@ -271,19 +240,6 @@ class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatSettings, ChatNavigatio
             return
         if self.send("restore", self.restore_answer(), session=self.session) is not None:
             self.banner.show("Restoring the last snapshot…")
-
-    def action_new_session(self) -> None:
-        from .new_session import NewSessionScreen
-
-        self.app.push_screen(NewSessionScreen(self.data_dir(), ask_system_prompt=True,
-                                              model=self.engine.model),
-                             self.switch_session)
-
-    def action_sessions(self) -> None:
-        from .sessions import SessionListScreen
-
-        self.app.push_screen(SessionListScreen(self.data_dir(), self.session),
-                             self.switch_session)
 
     def action_export(self) -> None:
         directory = self.engine.options.export_dir or Path.cwd()
