@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from .tiny_model import NO_SYSTEM_TEMPLATE, write_tiny_gguf_with_template
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -188,19 +190,6 @@ def test_defect6_a_model_file_replaced_by_rename_runs_on_with_a_warning(tmp_path
         engine.close()
 
 
-def _tiny_with_template(path: Path, template: str) -> Path:
-    from .tiny_model import _add_tiny_tokenizer, write_tiny_gguf
-
-    return write_tiny_gguf(path, tokenizer=lambda w: _add_tiny_tokenizer(w, template))
-
-
-# Refuses a system message, as some templates do: supported, since a conversation without
-# one renders.
-NO_SYSTEM_TEMPLATE = (
-    "{% for m in messages %}{% if m['role'] == 'system' %}"
-    "{{ raise_exception('no system messages') }}{% endif %}"
-    "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 
 
 def test_defect9_channel_models_lists_truncated_files_and_broken_templates_as_unusable(
@@ -214,8 +203,9 @@ def test_defect9_channel_models_lists_truncated_files_and_broken_templates_as_un
     whole = Path(shutil.copy(tiny_gguf, models / "whole.gguf"))
     cut = Path(shutil.copy(tiny_gguf, models / "cut.gguf"))
     os.truncate(cut, cut.stat().st_size // 3)
-    _tiny_with_template(models / "broken-template.gguf", "{{ messages[0]['content'].no() }}")
-    _tiny_with_template(models / "no-system.gguf", NO_SYSTEM_TEMPLATE)
+    write_tiny_gguf_with_template(models / "broken-template.gguf",
+                                  "{{ messages[0]['content'].no() }}")
+    write_tiny_gguf_with_template(models / "no-system.gguf", NO_SYSTEM_TEMPLATE)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("HF_", "HUGGINGFACE_", "XDG_", "OLLAMA_", "CHANNEL_"))}
     done = subprocess.run([sys.executable, "-m", "channel_cli.cli", "models", "--json"],
@@ -261,7 +251,7 @@ NO_REPLY_TEMPLATE = (
 def test_minor_channel_chat_says_a_turn_failed_after_logging_in_one_line(tmp_path) -> None:
     """The session logs the failure with its traceback; with no log handler in `channel chat`,
     logging's last resort printed that traceback above the one-line error."""
-    gguf = _tiny_with_template(tmp_path / "no-reply.gguf", NO_REPLY_TEMPLATE)
+    gguf = write_tiny_gguf_with_template(tmp_path / "no-reply.gguf", NO_REPLY_TEMPLATE)
     done = subprocess.run(
         [sys.executable, "-m", "channel_cli.cli", "chat", "--model", str(gguf), "--max-tokens",
          "2", "--data-dir", str(tmp_path / "data"), "--cache-dir", str(tmp_path / "cache"),

@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 
 from engine.model.chat_template import ChatTemplateError
+from engine.model.model import Model, load_model
 from engine.session.fork import fork_session, system_prompt
 from engine.session.session import Session
 from engine.session.stream import StreamLog
 from engine.state.sampler import SamplingSettings
 
-from .tiny_model import _add_tiny_tokenizer, write_tiny_gguf
+from .tiny_model import NO_SYSTEM_TEMPLATE, write_tiny_gguf_with_template
 
 GREEDY = SamplingSettings()
 PROMPT = "You answer in one short sentence."
@@ -98,23 +99,27 @@ def test_the_fork_equals_a_session_started_with_that_prompt(tiny_model, tmp_path
                                fresh.conversation.arena.views().k_cache[:, :n], atol=1e-4)
 
 
+def answered_on_template(tmp_path, template: str) -> tuple[Model, Path]:
+    """The tiny model under `template`, and a data directory where session 'a' has had one
+    answered turn."""
+    model = load_model(write_tiny_gguf_with_template(tmp_path / "model.gguf", template),
+                       tmp_path / "cache")
+    data = tmp_path / "data"
+    session = Session(model, data, "a")
+    session.open()
+    session.turn("hello", GREEDY, max_tokens=3)
+    session.close()
+    return model, data
+
+
 def test_a_prompt_goes_in_front_when_the_source_has_none(tmp_path) -> None:
     """A template without a prompt of its own (ChatML here, Gemma's): the fork's stream
     gets one before everything, an earlier fork's marker included."""
     plain = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
              "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
              "{% endif %}")
-    from engine.model.model import load_model
-
-    gguf = write_tiny_gguf(tmp_path / "plain.gguf",
-                           tokenizer=lambda w: _add_tiny_tokenizer(w, plain))
-    model = load_model(gguf, tmp_path / "cache")
-    data = tmp_path / "data"
-    session = Session(model, data, "a")
-    session.open()
-    session.turn("hello", GREEDY, max_tokens=3)
-    session.close()
-    assert session.system_prompt is None
+    model, data = answered_on_template(tmp_path, plain)
+    assert system_prompt(events(data, "a")) is None  # the template added none
     fork_session(data, "a", "b")  # a marker first
     fork_session(data, "b", "c", PROMPT, model.template.check_system_prompt)
     ids = [e.id for e in events(data, "c")]
@@ -125,21 +130,8 @@ def test_a_prompt_goes_in_front_when_the_source_has_none(tmp_path) -> None:
 
 
 def test_a_template_that_refuses_a_system_prompt_leaves_no_fork(tmp_path) -> None:
-    refusing = ("{% for m in messages %}{% if m['role'] == 'system' %}"
-                "{{ raise_exception('System role not supported') }}{% endif %}"
-                "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-                "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-    from engine.model.model import load_model
-
-    gguf = write_tiny_gguf(tmp_path / "refusing.gguf",
-                           tokenizer=lambda w: _add_tiny_tokenizer(w, refusing))
-    model = load_model(gguf, tmp_path / "cache")
-    data = tmp_path / "data"
-    session = Session(model, data, "a")
-    session.open()
-    session.turn("hello", GREEDY, max_tokens=3)
-    session.close()
-    with pytest.raises(ChatTemplateError, match="takes no system prompt.*not supported"):
+    model, data = answered_on_template(tmp_path, NO_SYSTEM_TEMPLATE)
+    with pytest.raises(ChatTemplateError, match="takes no system prompt.*no system messages"):
         fork_session(data, "a", "b", PROMPT, model.template.check_system_prompt)
     assert not any(data.glob("b.*"))
     with pytest.raises(ChatTemplateError, match="takes no system prompt"):

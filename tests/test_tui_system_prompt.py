@@ -24,6 +24,15 @@ def first_prompt(data_dir, name: str) -> str | None:
     return system_prompt(StreamLog(data_dir / f"{name}.stream.jsonl").read().events)
 
 
+async def submit_system_prompt(pilot, app, value: str) -> None:
+    """F6, the system prompt field set to `value`, then Enter."""
+    await pilot.press("f6")
+    await until(pilot, lambda: isinstance(app.screen, SettingsScreen), what="F6")
+    app.screen.query_one("#set-system").value = value
+    await pilot.click("#set-system")
+    await pilot.press("enter")
+
+
 def test_the_new_session_prompt_file_and_its_checks(tmp_path) -> None:
     assert load_new_session_prompt(tmp_path) == ("", None)  # none kept: the model's own
     save_new_session_prompt(tmp_path, NEW)
@@ -53,11 +62,10 @@ async def test_a_changed_prompt_forks_the_session_and_replays_under_it(make_app,
         await say(pilot, app, "remember teal", events)
         await pilot.press("f6")
         await until(pilot, lambda: isinstance(app.screen, SettingsScreen), what="F6")
-        field = app.screen.query_one("#set-system")
-        assert field.value == TEMPLATE_OWN  # the session's own, as its transcript has it
-        field.value = NEW
-        await pilot.click("#set-system")
-        await pilot.press("enter")
+        # The session's own, as its transcript has it.
+        assert app.screen.query_one("#set-system").value == TEMPLATE_OWN
+        await pilot.press("escape")
+        await submit_system_prompt(pilot, app, NEW)
         await until(pilot, lambda: isinstance(app.screen, SystemPromptScreen), what="why")
         assert "2 messages are read again" in str(app.screen.query_one("#system-why").render())
         await pilot.press("f")
@@ -82,11 +90,7 @@ async def test_a_changed_prompt_kept_for_new_sessions_starts_the_next_one(make_a
     events = record_events(app)
     async with app.run_test(size=SIZE) as pilot:
         await booted(pilot, events)
-        await pilot.press("f6")
-        await until(pilot, lambda: isinstance(app.screen, SettingsScreen), what="F6")
-        app.screen.query_one("#set-system").value = NEW
-        await pilot.click("#set-system")
-        await pilot.press("enter")
+        await submit_system_prompt(pilot, app, NEW)
         await until(pilot, lambda: isinstance(app.screen, SystemPromptScreen), what="why")
         await pilot.press("n")
         await until(pilot, lambda: app.screen is app.chat, what="back to the chat")
@@ -114,11 +118,7 @@ async def test_esc_keeps_the_prompt_and_a_blank_one_is_no_change(make_app, tmp_p
     async with app.run_test(size=SIZE) as pilot:
         await booted(pilot, events)
         for value, expect_dialog in ((NEW, True), ("", False)):
-            await pilot.press("f6")
-            await until(pilot, lambda: isinstance(app.screen, SettingsScreen), what="F6")
-            app.screen.query_one("#set-system").value = value
-            await pilot.click("#set-system")
-            await pilot.press("enter")
+            await submit_system_prompt(pilot, app, value)
             if expect_dialog:
                 await until(pilot, lambda: isinstance(app.screen, SystemPromptScreen),
                             what="why")

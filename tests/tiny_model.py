@@ -240,6 +240,19 @@ def write_tiny_gguf(path: Path, spec: TinySpec = TinySpec(),
     return path
 
 
+def write_tiny_gguf_with_template(path: Path, template: str) -> Path:
+    """The tiny model with another chat template (the tiny byte vocabulary)."""
+    return write_tiny_gguf(path, tokenizer=lambda w: _add_tiny_tokenizer(w, template))
+
+
+# Refuses a system message, as some templates do: a conversation without one still renders.
+NO_SYSTEM_TEMPLATE = (
+    "{% for m in messages %}{% if m['role'] == 'system' %}"
+    "{{ raise_exception('no system messages') }}{% endif %}"
+    "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
 def _add_tiny_tokenizer(w: gguf.GGUFWriter, template: str = CHATML) -> int:
     tokens, types = tiny_vocab()
     w.add_tokenizer_model("gpt2")
