@@ -53,7 +53,7 @@ def chat(args: argparse.Namespace) -> int:
         session = Session(model, directory, name, backend=backend)
         boot = session.open(cold=bool(opt(args, "cold", False)), owner=owner,
                             system=args.system)
-        if args.system and args.system.strip() and session.system_prompt != args.system:
+        if session.keeps_its_system_prompt(args.system):
             print(f"channel: warning: session {name!r} keeps its system prompt; --system "
                   f"applies to a new session (or `channel fork {name} NEW --system ...`)",
                   file=sys.stderr)

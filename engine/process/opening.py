@@ -33,7 +33,7 @@ class SessionOpening:
             self.emit({"type": "booted", "req": request.id, "session": name, "kind": "open",
                        "reason": "already open", "transcript": transcript_fields(runtime.session)})
             self._emit_ring(runtime, request.id)
-            self._keeps_its_system_prompt(runtime.session, request)
+            self._warn_if_it_keeps_its_system_prompt(runtime.session, request)
             return
         try:  # one writer per session; asked first, so a refusal loads no model
             owner = acquire_session(self.data_dir, name)
@@ -71,17 +71,17 @@ class SessionOpening:
                    **self.models.fields(model), **ring_size_fields(session.conversation),
                    "transcript": transcript_fields(runtime.session)})
         self._emit_ring(runtime, request.id)
-        self._keeps_its_system_prompt(session, request)
+        self._warn_if_it_keeps_its_system_prompt(session, request)
         self._poll(name)  # anything appended while we booted
         pending = session.begin_pending()
         if pending is not None and not self.stopping.is_set():
             self._answer(runtime, request.id, pending)
 
-    def _keeps_its_system_prompt(self: EngineServer, session: Session, request: Request) -> None:
+    def _warn_if_it_keeps_its_system_prompt(self: EngineServer, session: Session,
+                                            request: Request) -> None:
         """An `open` asked for a system prompt the session was not started with: it
         applies to a new session only; say so rather than ignore it."""
-        asked = request.args.get("system")
-        if asked and asked.strip() and asked != session.system_prompt:
+        if session.keeps_its_system_prompt(request.args.get("system")):
             self.emit({"type": "warning", "req": request.id, "session": session.name,
                        "message": f"session {session.name!r} keeps its system prompt: a new "
                                   "one applies to a new session, or to a fork of this one"})

@@ -40,8 +40,8 @@ def alternatives(events: list[StreamEvent], user_id: str) -> list[StreamEvent]:
 def chosen_reply(session: Session, reply_id: str) -> StreamEvent:
     """The earlier reply `reply_id` to the conversation's last message, checked so that
     bringing it back cannot fail half way; ValueError, in one line, when it cannot be."""
-    user, current = last_exchange(session)
     events = session.stream.read().events
+    user, current = last_exchange(session, events)
     by_origin = {reply_origin(e): e for e in alternatives(events, user.id)}
     chosen = by_origin.get(reply_id)
     if chosen is None:

@@ -139,6 +139,11 @@ class Session(Answering):
         messages = self.transcript.messages
         return messages[0]["content"] if messages and messages[0]["role"] == "system" else None
 
+    def keeps_its_system_prompt(self, asked: str | None) -> bool:
+        """A system prompt was asked for that this session was not started with: it keeps
+        its own (a new one goes to a new session or a fork), and the asker should hear so."""
+        return bool(asked and asked.strip()) and asked != self.system_prompt
+
     def behind_anchor(self, event: StreamEvent) -> bool:
         """`event` comes before the last event the state includes: another program's line
         this process takes in only now. Fed now, the ring would hold it after lines the

@@ -41,10 +41,12 @@ class EditReport:
     ms: float
 
 
-def last_exchange(session: Session) -> tuple[StreamEvent, StreamEvent]:
-    """The last user message and its reply, as the ring holds them; ValueError if the
-    conversation does not end with an answered message."""
-    events = session.stream.read().events
+def last_exchange(session: Session, events: list[StreamEvent] | None = None
+                  ) -> tuple[StreamEvent, StreamEvent]:
+    """The last user message and its reply, as the ring holds them (from `events`, the
+    stream's, when the caller has read them); ValueError if the conversation does not end
+    with an answered message."""
+    events = session.stream.read().events if events is None else events
     kept = taken_in(events, withdrawn_ids(events))
     if len(kept) < 2 or kept[-1].role != "assistant" or kept[-2].role != "user":
         raise ValueError("nothing to undo: the conversation does not end with a reply")
