@@ -33,7 +33,7 @@ from ..state.arena import CLOCK, MAX_TURN_BOUNDARIES, N_ACTIVE, NEXT_POS, REBASE
 from .format import COUNTER_WORDS, KV_DTYPES, SnapshotCorruptError, array_at, unpack_trailer
 from .identity import WINDOW_PLANES, plane_specs
 from .restore import _copy_into, check_compatible, read_snapshot
-from .segment import ChainHead, chain_dir
+from .segment import COMPACT_SHARE, ChainHead, chain_dir
 from .segment_format import (
     SEG_TRAILER,
     SEG_TRAILER_MAGIC,
@@ -195,8 +195,8 @@ class ChainReport:
     ignored: list[str] = field(default_factory=list)  # segment files past the valid prefix
 
 
-def restore_chain(conv: Conversation, base: Path,
-                  known_ids: Collection[str] | None = None) -> ChainReport:
+def restore_chain(conv: Conversation, base: Path, known_ids: Collection[str] | None = None,
+                  compact_share: float = COMPACT_SHARE) -> ChainReport:
     """Validate base + segments, then make the longest valid prefix the conversation's
     state. Raises SnapshotError (conversation untouched) only if the base is unusable."""
     t0 = time.perf_counter()
@@ -240,7 +240,8 @@ def restore_chain(conv: Conversation, base: Path,
         applied = len(segments)
         h = segments[-1].header if segments else None
         head = ChainHead(digest, snap.size, planes, walk.seq, walk.digest, walk.clock, rebases,
-                         conv.arena.generation, sum(g.header.size for g in segments))
+                         conv.arena.generation, sum(g.header.size for g in segments),
+                         compact_share)
         return ChainReport(walk.clock, len(walk.slot_clock),
                            h.stream_id if h else snap.header.stream_id, applied,
                            snap.size + head.chain_bytes, stopped, head,

@@ -68,16 +68,19 @@ class ChainHead:
     rebases: int  # the ring's rebase count at the base; a segment needs the same
     generation: int  # the arena generation the last link was cut from (or restored into)
     chain_bytes: int = 0  # bytes of segments so far
+    compact_share: float = COMPACT_SHARE  # past this share of the base, save in full
 
     @staticmethod
-    def from_base(path: Path, conv: Conversation, generation: int) -> ChainHead:
+    def from_base(path: Path, conv: Conversation, generation: int,
+                  compact_share: float = COMPACT_SHARE) -> ChainHead:
         """After a base save (or restore) of `conv` that was cut at arena `generation`."""
         snap = read_snapshot(Path(path))
         try:
             digest = unpack_trailer(snap.mapping, snap.sections)
             counters = snap.arrays()["ring_counters"]
             return ChainHead(digest, snap.size, plane_specs(snap.identity, snap.sections), 0,
-                             digest, snap.header.clock, int(counters[REBASES]), generation)
+                             digest, snap.header.clock, int(counters[REBASES]), generation,
+                             compact_share=compact_share)
         finally:
             with contextlib.suppress(BufferError):
                 snap.mapping.close()
@@ -91,7 +94,7 @@ def compaction_reason(head: ChainHead | None, conv: Conversation) -> str | None:
         return "the arena was reset or restored since the base"
     if conv.ring.rebases != head.rebases:
         return "the ring rebased its positions since the base"
-    if head.chain_bytes > COMPACT_SHARE * head.base_bytes:
+    if head.chain_bytes > head.compact_share * head.base_bytes:
         return f"the chain is {head.chain_bytes * 100 // head.base_bytes}% of its base"
     return None
 
