@@ -293,3 +293,33 @@ def test_bytes_per_segment_after_a_short_turn_on_a_full_ring(tiny_model, tmp_pat
           f"bytes ({100 * seg / full:.1f}%); shipped-model geometry, 40 new of 4096 slots: "
           f"{shipped} vs ~{shipped_full} bytes ({100 * shipped / shipped_full:.2f}%)")
     assert conv.ring.n_active >= 190 and seg < full
+
+
+@pytest.mark.parametrize("fixture", ["gemma3", "lfm2"])
+def test_hybrid_layer_planes_follow_the_chain(fixture, tmp_path) -> None:
+    """Window planes carry only their newest rows (all of them after a rollback behind the
+    last link); conv carries go whole."""
+    from engine.model.model import load_model
+
+    model = load_model(Path(__file__).parent / "fixtures" / "arch" / f"{fixture}.gguf",
+                       tmp_path / "cache")
+    policy = RingPolicy(max_slots=96, recent_window=8, evict_batch=8, prefill_chunk=16)
+    conv = Conversation(model, policy)
+    conv.ingest([1, 5, 9, 13], anchors=True)
+    base = tmp_path / "p.snapshot.bin"
+    head = base_save(conv, base)
+    assert head.planes  # the fixture keeps layers outside the ring
+    rng = np.random.default_rng(4)
+    mark = None
+    for step in range(4):
+        if step == 2:
+            mark = conv.ring.mark()
+        conv.ingest([int(t) for t in rng.integers(3, 200, size=7)])
+        head = save_segment(conv, head, chain_dir(base), ANCHOR)
+    conv.ring.rollback(mark)  # behind the last link: the window plane goes whole
+    conv.ingest([11, 12])
+    head = save_segment(conv, head, chain_dir(base), ANCHOR)
+    fresh = Conversation(model, policy)
+    report = restore_chain(fresh, base)
+    assert report.segments == 5 and report.stopped is None
+    assert_same_state(live_state(fresh), live_state(conv))
