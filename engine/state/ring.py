@@ -86,6 +86,11 @@ class KVRing:
         # existing rows, so they wait for it; appending new tokens never does.
         self._thawed = threading.Event()
         self._thawed.set()
+        # The lowest clock a rollback took the ring back to since a chain segment last read
+        # it (None: none). Rows stamped after it may hold new tokens under clocks a saved
+        # state already used, so an incremental save must carry them (snapshot/segment.py).
+        # In memory only: a restart restores a state that is on disk, with nothing to carry.
+        self.rewound_to: int | None = None
 
     def freeze(self) -> None:
         """Keep live rows where they are (a snapshot writer is reading them)."""
@@ -220,6 +225,8 @@ class KVRing:
         v.slot_salience[:n_then] = mark.salience
         v.slot_salience[n_then:n_now] = 0.0
         v.ring_counters[:] = mark.counters
+        back_to = int(mark.counters[CLOCK])
+        self.rewound_to = back_to if self.rewound_to is None else min(self.rewound_to, back_to)
         for name, saved in mark.planes.items():
             np.copyto(getattr(v, name), saved)
         return n_now - n_then

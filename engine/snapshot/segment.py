@@ -1,0 +1,276 @@
+"""Writing incremental snapshot segments (docs/snapshot-chain.md); chain.py reads them back.
+
+A segment records what changed since the last durable link of the chain (the base snapshot
+or the segment before): the K/V of the slots stamped after `dirty_from` (new tokens, and
+tokens that reused clocks after a rollback), the per-slot metadata whole (salience changes
+on every pass; 13 bytes a slot), the ring counters, turn starts and sampler state. Rows that
+survived since the last link are not written: a restore finds them there by their clock,
+wherever an eviction slid them to.
+
+What a segment cannot record, a full (compacted) save must: a rebase (every key re-rotated),
+a reset or restore of the arena (a rebuild re-encodes every row), or a chain past a share of
+its base. `compaction_reason` says which.
+
+Like writer.py: the small arrays are copied in the cut, the K/V rows come straight from the
+arena (the caller freezes the ring until the write ends), 1 MiB buffered writes hashed as
+they go, fsync, rename, fsync of the directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import xxhash
+
+from ..conversation import Conversation
+from ..fileio import create_exclusive
+from ..state.arena import REBASES, TURNS
+from .format import SnapshotError, dtype_code, unpack_trailer
+from .identity import WINDOW_PLANES, PlaneSpec, plane_specs
+from .restore import read_snapshot
+from .segment_format import (
+    SEG_TRAILER,
+    SEG_TRAILER_MAGIC,
+    SegmentHeader,
+    SegmentSections,
+    segment_plane,
+    window_rows_needed,
+)
+from .writer import WRITE_CHUNK, fsync_directory, tmp_path_for
+
+COMPACT_SHARE = 0.5  # a chain past this share of its base's bytes is compacted
+
+
+def chain_dir(base: Path) -> Path:
+    """Where the segments of `NAME.snapshot.bin` live: `NAME.snapshot.d/`."""
+    return base.with_name(base.name.removesuffix(".bin") + ".d")
+
+
+def segment_path(directory: Path, seq: int) -> Path:
+    return directory / f"{seq:06d}.seg"
+
+
+@dataclass(frozen=True)
+class ChainHead:
+    """The last durable link, as the writer needs it to cut the next segment. In memory:
+    made after a base save (from_base) or a chain restore (chain.restore_chain)."""
+
+    base_digest: bytes  # 16 B, the base file's trailer digest
+    base_bytes: int
+    planes: tuple[PlaneSpec, ...]  # the base's layer planes, in file order
+    seq: int  # the last segment's (0: the base itself)
+    digest: bytes  # the last link's digest
+    clock: int  # the state's clock at the last link
+    rebases: int  # the ring's rebase count at the base; a segment needs the same
+    generation: int  # the arena generation the last link was cut from (or restored into)
+    chain_bytes: int = 0  # bytes of segments so far
+    compact_share: float = COMPACT_SHARE  # past this share of the base, save in full
+
+    @staticmethod
+    def from_base(path: Path, conv: Conversation, generation: int,
+                  compact_share: float = COMPACT_SHARE) -> ChainHead:
+        """After a base save (or restore) of `conv` that was cut at arena `generation`."""
+        snap = read_snapshot(Path(path))
+        try:
+            digest = unpack_trailer(snap.mapping, snap.sections)
+            counters = snap.arrays()["ring_counters"]
+            return ChainHead(digest, snap.size, plane_specs(snap.identity, snap.sections), 0,
+                             digest, snap.header.clock, int(counters[REBASES]), generation,
+                             compact_share=compact_share)
+        finally:
+            with contextlib.suppress(BufferError):
+                snap.mapping.close()
+
+
+def compaction_reason(head: ChainHead | None, conv: Conversation) -> str | None:
+    """Why the next save must be a full one, or None if a segment can record it."""
+    if head is None:
+        return "no base snapshot"
+    if conv.arena.generation != head.generation:
+        return "the arena was reset or restored since the base"
+    if conv.ring.rebases != head.rebases:
+        return "the ring rebased its positions since the base"
+    if head.chain_bytes > head.compact_share * head.base_bytes:
+        return f"the chain is {head.chain_bytes * 100 // head.base_bytes}% of its base"
+    return None
+
+
+@dataclass
+class SegmentCut:
+    header: SegmentHeader
+    sections: SegmentSections
+    slot_clock: np.ndarray  # (n,) u64, copied
+    slot_pos: np.ndarray  # (n,) i32, copied
+    slot_active: np.ndarray  # (n,) u8, copied
+    slot_salience: np.ndarray  # (n,) f32, copied
+    turn_starts: np.ndarray  # (128,) u64, copied
+    sampler_state: np.ndarray  # (6,) u64, copied
+    counters: np.ndarray  # (8,) u64, copied
+    k_rows: np.ndarray  # (L, n_dirty, kv_dim) live view of the arena; frozen while written
+    v_rows: np.ndarray  # (L, n_dirty, kv_dim) likewise
+    planes: dict[str, np.ndarray]  # name -> stored rows (window: token order), copied
+    rewound_to: int | None  # the ring's watermark read; cleared once the segment is durable
+
+
+def take_segment_cut(conv: Conversation, head: ChainHead, stream_id: str) -> SegmentCut:
+    """The next segment's cut (engine thread). Refuses, with compaction_reason's words, a
+    state only a full save can record."""
+    reason = compaction_reason(head, conv)
+    if reason is not None:
+        raise SnapshotError(f"needs a full save: {reason}")
+    ring, v = conv.ring, conv.arena.views().check()
+    n, clock = ring.n_active, ring.clock
+    rewound = ring.rewound_to
+    dirty_from = head.clock if rewound is None else min(head.clock, rewound)
+    first_dirty = int(np.searchsorted(v.slot_clock[:n], np.uint64(dirty_from), side="right"))
+    window = next((s.shape[1] for s in head.planes if s.name in WINDOW_PLANES), 0)
+    window_rows = window_rows_needed(window, head.clock, dirty_from, clock) if window else 0
+    L, kv_dim = conv.model.config.n_full, conv.model.config.kv_dim
+    sections = SegmentSections.plan(n, n - first_dirty, L, kv_dim, v.k_cache.dtype,
+                                    v.v_cache.dtype, head.planes, window_rows)
+    header = SegmentHeader(
+        head.seq + 1, head.base_digest, head.digest, head.clock, dirty_from, clock, n,
+        n - first_dirty, L, kv_dim, dtype_code(v.k_cache.dtype), dtype_code(v.v_cache.dtype),
+        window_rows, ring.rebases, sections.size, stream_id)
+    regions = conv.forward.read_regions(["k_cache", "v_cache", *ring.planes])
+    planes = {}
+    for spec in head.planes:
+        stored = segment_plane(spec, window_rows)
+        if spec.name in WINDOW_PLANES:  # the token stamped c sits in row (c - 1) % window
+            rows = (np.arange(clock - window_rows, clock) % spec.shape[1])
+            planes[spec.name] = regions[spec.name][:, rows]  # fancy index: a copy
+        else:
+            planes[spec.name] = regions[spec.name].copy()
+        assert planes[spec.name].shape == stored.shape
+    return SegmentCut(header, sections, v.slot_clock[:n].copy(), v.slot_pos[:n].copy(),
+                      v.slot_active[:n].copy(), v.slot_salience[:n].copy(),
+                      v.turn_starts.copy(), v.sampler_state.copy(), v.ring_counters.copy(),
+                      regions["k_cache"][:, first_dirty:n], regions["v_cache"][:, first_dirty:n],
+                      planes, rewound)
+
+
+class SegmentWriterStateError(RuntimeError):
+    pass
+
+
+class SegmentWriter:
+    """Writes one segment cut to `NNNNNN.seg.tmp`; refuses calls made out of order.
+
+    open -> write_header -> write_metadata -> write_rows -> commit (or abort at any point).
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.tmp = tmp_path_for(self.path)
+        self._hash = xxhash.xxh3_128()
+        self._written = 0
+        self._size = 0
+        self._state = "open"
+        fd = create_exclusive(self.tmp)  # never through a link planted at the .tmp name
+        self._file = os.fdopen(fd, "wb", buffering=WRITE_CHUNK)
+
+    def _advance(self, expected: str, to: str, call: str) -> None:
+        if self._state != expected:
+            raise SegmentWriterStateError(
+                f"{call} called in state {self._state!r} (needs {expected!r})")
+        self._state = to
+
+    def _write(self, data) -> None:
+        view = memoryview(np.ascontiguousarray(data)).cast("B")
+        for start in range(0, len(view), WRITE_CHUNK):
+            chunk = view[start : start + WRITE_CHUNK]
+            self._hash.update(chunk)
+            self._file.write(chunk)
+            self._written += len(chunk)
+
+    def _pad_to(self, offset: int) -> None:
+        if offset < self._written:
+            raise SegmentWriterStateError(f"section at {offset} overlaps byte {self._written}")
+        self._write(np.zeros(offset - self._written, np.uint8))
+
+    def write_header(self, cut: SegmentCut) -> None:
+        self._advance("open", "header", "write_header")
+        self._size = cut.sections.size
+        self._write(np.frombuffer(cut.header.pack(), np.uint8))
+
+    def write_metadata(self, cut: SegmentCut) -> None:
+        self._advance("header", "metadata", "write_metadata")
+        s = cut.sections
+        for offset, array in ((s.slot_clock, cut.slot_clock), (s.slot_pos, cut.slot_pos),
+                              (s.slot_active, cut.slot_active),
+                              (s.slot_salience, cut.slot_salience),
+                              (s.turn_starts, cut.turn_starts),
+                              (s.sampler_state, cut.sampler_state), (s.counters, cut.counters)):
+            self._pad_to(offset)
+            self._write(array.view(np.uint8))
+
+    def write_rows(self, cut: SegmentCut) -> None:
+        self._advance("metadata", "rows", "write_rows")
+        self._pad_to(cut.sections.k_rows)
+        for rows in (cut.k_rows, cut.v_rows):
+            for layer in rows:  # (n_dirty, kv_dim): contiguous, straight from the arena
+                self._write(layer)
+        for name, (offset, _) in cut.sections.planes.items():
+            self._pad_to(offset)
+            self._write(cut.planes[name])
+
+    def commit(self) -> bytes:
+        """Trailer, fsync, rename, fsync the directory; returns the segment's digest."""
+        self._advance("rows", "committed", "commit")
+        self._pad_to(self._size - SEG_TRAILER.size)
+        digest = self._hash.digest()
+        self._file.write(SEG_TRAILER.pack(SEG_TRAILER_MAGIC, digest))
+        self._written += SEG_TRAILER.size
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        os.replace(self.tmp, self.path)
+        fsync_directory(self.path.parent)
+        return digest
+
+    def abort(self) -> None:
+        self._state = "aborted"
+        with contextlib.suppress(OSError):
+            self._file.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+def write_segment(conv: Conversation, cut: SegmentCut, head: ChainHead,
+                  directory: Path) -> ChainHead:
+    """Write `cut` as the chain's next segment; returns the new head. The caller holds the
+    ring frozen from the cut until this returns (rows in the cut are live views)."""
+    directory.mkdir(mode=0o700, exist_ok=True)
+    writer = SegmentWriter(segment_path(directory, cut.header.seq))
+    try:
+        writer.write_header(cut)
+        writer.write_metadata(cut)
+        writer.write_rows(cut)
+        digest = writer.commit()
+    except BaseException:
+        writer.abort()
+        raise
+    if conv.ring.rewound_to == cut.rewound_to:  # durable now: nothing before it to carry
+        conv.ring.rewound_to = None
+    return replace(head, seq=cut.header.seq, digest=digest, clock=cut.header.clock,
+                   chain_bytes=head.chain_bytes + cut.sections.size)
+
+
+def save_segment(conv: Conversation, head: ChainHead, directory: Path,
+                 stream_id: str) -> ChainHead:
+    """Cut and write a segment synchronously (the integration runs write_segment on the
+    snapshot thread instead)."""
+    cut = take_segment_cut(conv, head, stream_id)
+    conv.ring.freeze()
+    try:
+        return write_segment(conv, cut, head, directory)
+    finally:
+        conv.ring.thaw()
+
+
+def turn_of(counters: np.ndarray) -> int:
+    """The turn count a segment's counters record (for inspect)."""
+    return int(counters[TURNS])
