@@ -29,7 +29,8 @@ SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 # A session is these files in the data directory (docs/stream.md): the one place they are spelled.
 STREAM_SUFFIX = ".stream.jsonl"  # the transcript and write-ahead log
-SNAPSHOT_SUFFIX = ".snapshot.bin"  # the working state
+SNAPSHOT_SUFFIX = ".snapshot.bin"  # the working state: a chain's base
+SNAPSHOT_CHAIN_SUFFIX = ".snapshot.d"  # a directory: the segments after the base
 MODEL_RECORD_SUFFIX = ".model.json"  # which model the session runs on
 LOCK_SUFFIX = ".lock"  # held by the one Channel that has the session open (its pid inside)
 # A front end's reply settings for the session (sampling, max_tokens), sent with each turn;
@@ -53,6 +54,11 @@ class SessionFiles:
     @property
     def snapshot(self) -> Path:
         return self.data_dir / f"{self.name}{SNAPSHOT_SUFFIX}"
+
+    @property
+    def snapshot_chain(self) -> Path:
+        """The directory of the snapshot's segments (snapshot/segment.py chain_dir)."""
+        return self.data_dir / f"{self.name}{SNAPSHOT_CHAIN_SUFFIX}"
 
     @property
     def model_record(self) -> Path:

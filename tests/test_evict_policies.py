@@ -9,8 +9,9 @@ from gguf import GGMLQuantizationType as QT
 
 from engine.allocs import measure_allocations
 from engine.conversation import Conversation
-from engine.snapshot.restore import read_snapshot, restore
-from engine.snapshot.writer import Snapshotter
+from engine.snapshot.chain import restore
+from engine.snapshot.restore import read_snapshot
+from engine.snapshot.snapshotter import Snapshotter
 from engine.state.ring_policy import EVICT_POLICIES, RingPolicy
 
 from .parity import run_steps, tiny

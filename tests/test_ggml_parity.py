@@ -14,8 +14,8 @@ from gguf import GGMLQuantizationType as QT
 
 from engine.allocs import measure_allocations
 from engine.conversation import Conversation
-from engine.snapshot.restore import restore
-from engine.snapshot.writer import Snapshotter
+from engine.snapshot.chain import restore
+from engine.snapshot.snapshotter import Snapshotter
 from engine.state.ring_policy import RingPolicy
 from engine.state.sampler import SamplingSettings
 

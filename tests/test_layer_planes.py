@@ -17,9 +17,9 @@ import pytest
 from engine.conversation import Conversation
 from engine.model.architecture import CONV, FULL, WINDOW
 from engine.model.rope import RopeTables, window_rope_config
+from engine.snapshot.chain import restore
 from engine.snapshot.format import SnapshotIdentityError
-from engine.snapshot.restore import restore
-from engine.snapshot.writer import Snapshotter
+from engine.snapshot.snapshotter import Snapshotter
 from engine.state.arena import conversation_layout
 from engine.state.ring_policy import RingPolicy
 

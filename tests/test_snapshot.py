@@ -16,11 +16,11 @@ import pytest
 from engine.conversation import Conversation
 from engine.fileio import describe_os_error
 from engine.session.session import Session
+from engine.snapshot.chain import restore
 from engine.snapshot.format import HEADER, SnapshotError
-from engine.snapshot.restore import read_snapshot, restore
+from engine.snapshot.restore import read_snapshot
+from engine.snapshot.snapshotter import SnapshotStatus, Snapshotter
 from engine.snapshot.writer import (
-    SnapshotStatus,
-    Snapshotter,
     SnapshotWriter,
     SnapshotWriterStateError,
     take_cut,
@@ -153,30 +153,39 @@ def test_writer_refuses_out_of_order_calls(tiny_model, tmp_path: Path) -> None:
     assert not writer.tmp.exists() and not (tmp_path / "s.snapshot.bin").exists()
 
 
-def test_a_refused_write_fails_cleanly_and_keeps_the_old_snapshot(tiny_model,
-                                                                  tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["full", "segment"])
+def test_a_refused_write_fails_cleanly_and_keeps_the_old_snapshot(tiny_model, tmp_path: Path,
+                                                                  kind: str) -> None:
     conv = busy_conversation(tiny_model, tokens=40)
-    saver = Snapshotter(conv, tmp_path / "s.snapshot.bin")
+    saver = Snapshotter(conv, tmp_path / "s.snapshot.bin", incremental=kind == "segment")
     saver.save("")
     before = saver.path.read_bytes()
     conv.forward.decode_one_token(5)
-    # A file-size limit below the snapshot's size stands in for a full disk: the kernel
-    # refuses the write part-way (EFBIG, as ENOSPC would), with SIGXFSZ ignored.
+    assert saver.next_save_kind()[0] == kind
+    # A file-size limit below the file's size stands in for a full disk: the kernel refuses
+    # the write part-way (EFBIG, as ENOSPC would), with SIGXFSZ ignored. A segment of one
+    # token is a few KB, past its 192-byte header.
     old_signal = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (len(before) // 2, old_limit[1]))
+    limit = len(before) // 2 if kind == "full" else 256
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, old_limit[1]))
     try:
         result = saver.save("")
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
         signal.signal(signal.SIGXFSZ, old_signal)
-    assert result.status == SnapshotStatus.FAILED
+    assert (result.status, result.kind) == (SnapshotStatus.FAILED, kind)
     assert result.error == os.strerror(errno.EFBIG)
     assert saver.path.read_bytes() == before
     assert not saver.path.with_name("s.snapshot.bin.tmp").exists()
+    assert not list(saver.chain_dir.glob("*")), "a refused segment leaves nothing behind"
     assert describe_os_error(OSError(errno.ENOSPC, "x")) == "no space left on device"
     conv.forward.decode_one_token(6)  # the ring was thawed: decoding and evicting go on
-    assert saver.save("").status == SnapshotStatus.SAVED
+    again = saver.save("")
+    assert (again.status, again.kind) == (SnapshotStatus.SAVED, kind)
+    fresh = Conversation(tiny_model, conv.policy)
+    restore(fresh, saver.path)
+    assert_same_state(live_state(fresh), live_state(conv))
 
 
 def test_session_warm_boot_replays_only_newer_events(tiny_model, tmp_path: Path) -> None:

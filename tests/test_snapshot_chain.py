@@ -12,7 +12,7 @@ import pytest
 
 from engine.conversation import Conversation
 from engine.session.session import Session
-from engine.snapshot.chain import restore_chain
+from engine.snapshot.chain import restore
 from engine.snapshot.format import SnapshotError
 from engine.snapshot.segment import (
     ChainHead,
@@ -25,7 +25,8 @@ from engine.snapshot.segment import (
     take_segment_cut,
 )
 from engine.snapshot.segment_format import SegmentSections
-from engine.snapshot.writer import Snapshotter
+from engine.snapshot.snapshotter import Snapshotter
+from engine.snapshot.writer import take_cut, write_cut
 from engine.state.arena import STATE_REGIONS
 from engine.state.ring_policy import RingPolicy
 from engine.state.sampler import SamplingSettings
@@ -84,7 +85,7 @@ def test_base_plus_segments_is_the_live_state_and_the_chain_continues(tiny_model
         ["000001.seg", "000002.seg", "000003.seg"]
     fresh = Conversation(tiny_model, s.conversation.policy)
     known = {e.id for e in s.stream.read().events}
-    report = restore_chain(fresh, base, known_ids=known, compact_share=8.0)
+    report = restore(fresh, base, known_ids=known, compact_share=8.0)
     assert report.stopped is None and report.segments == 3 and report.ignored == []
     assert report.clock == s.conversation.ring.clock and report.stream_id == s.last_event_id
     assert_same_state(live_state(fresh), states[-1])
@@ -95,7 +96,7 @@ def test_base_plus_segments_is_the_live_state_and_the_chain_continues(tiny_model
         conv.ingest([7, 8, 9])
     after = save_segment(fresh, report.head, chain_dir(base), ANCHOR)
     again = Conversation(tiny_model, s.conversation.policy)
-    assert restore_chain(again, base).segments == after.seq == 4
+    assert restore(again, base).segments == after.seq == 4
     assert_same_state(live_state(again), live_state(s.conversation))
 
 
@@ -111,7 +112,7 @@ def test_segments_follow_evictions_exactly(tiny_model, tmp_path) -> None:
         head = save_segment(conv, head, chain_dir(base), ANCHOR)
     assert conv.ring.evicted > 0 and conv.ring.rebases == 0  # rows slid down, none rotated
     fresh = Conversation(tiny_model, SMALL)
-    report = restore_chain(fresh, base)
+    report = restore(fresh, base)
     assert report.segments == 6 and report.stopped is None
     assert_same_state(live_state(fresh), live_state(conv))
 
@@ -133,7 +134,7 @@ def test_a_rollback_that_reuses_saved_clocks_is_carried(tiny_model, tmp_path) ->
     head = save_segment(conv, head, chain_dir(base), ANCHOR)
     assert conv.ring.rewound_to is None  # durable now
     fresh = Conversation(tiny_model, SMALL)
-    assert restore_chain(fresh, base).segments == 2
+    assert restore(fresh, base).segments == 2
     assert_same_state(live_state(fresh), live_state(conv))
 
 
@@ -153,7 +154,7 @@ def test_the_clock_alone_would_miss_rows_rewritten_after_a_rollback(tiny_model,
     conv.ring.rewound_to = None  # as if nothing tracked the rollback
     save_segment(conv, head, chain_dir(base), ANCHOR)
     fresh = Conversation(tiny_model, SMALL)
-    restore_chain(fresh, base)
+    restore(fresh, base)
     assert not np.array_equal(live_state(fresh)["k_cache"], live_state(conv)["k_cache"])
 
 
@@ -170,7 +171,7 @@ def test_a_torn_last_segment_restores_the_longest_valid_prefix(tiny_model, tmp_p
     last.write_bytes({"truncate": data[: len(data) // 2], "empty": b"",
                       "flip": data[:100] + bytes([data[100] ^ 1]) + data[101:]}[damage])
     fresh = Conversation(tiny_model, s.conversation.policy)
-    report = restore_chain(fresh, base)
+    report = restore(fresh, base)
     assert report.segments == 2 and report.stopped.startswith(reason)
     assert report.ignored == ["000003.seg"]
     assert_same_state(live_state(fresh), states[2])
@@ -181,7 +182,7 @@ def test_a_foreign_segment_is_refused(tiny_model, tmp_path) -> None:
     b, base_b, _, _ = session_chain(tiny_model, tmp_path / "b", turns=2)
     shutil.copy(segment_path(chain_dir(base_b), 2), segment_path(chain_dir(base_a), 2))
     fresh = Conversation(tiny_model, a.conversation.policy)
-    report = restore_chain(fresh, base_a)
+    report = restore(fresh, base_a)
     assert report.segments == 1 and "000002.seg: extends another base" in report.stopped
     assert_same_state(live_state(fresh), states[1])
 
@@ -193,13 +194,13 @@ def test_out_of_order_segments_are_refused(tiny_model, tmp_path) -> None:
     segment_path(d, 3).rename(segment_path(d, 2))
     (d / "tmp").rename(segment_path(d, 3))
     fresh = Conversation(tiny_model, s.conversation.policy)
-    report = restore_chain(fresh, base)
+    report = restore(fresh, base)
     assert report.segments == 1 and report.stopped == \
         "000002.seg: file name says 000002.seg, header says seq 3"
     segment_path(d, 2).rename(d / "tmp")  # names put right, then a gap: 3 after 1
     segment_path(d, 3).unlink()
     (d / "tmp").rename(segment_path(d, 3))
-    report = restore_chain(Conversation(tiny_model, s.conversation.policy), base)
+    report = restore(Conversation(tiny_model, s.conversation.policy), base)
     assert report.segments == 1 and "does not follow seq 1" in report.stopped
     assert_same_state(live_state(fresh), states[1])
 
@@ -223,15 +224,22 @@ def test_a_rebase_forces_a_full_save(tiny_model, tmp_path) -> None:
     # A segment forced through anyway is refused on restore, and the base alone comes back.
     save_segment(conv, head.__class__(**{**head.__dict__, "rebases": conv.ring.rebases}),
                  chain_dir(base), ANCHOR)
-    report = restore_chain(Conversation(tiny_model, SMALL), base)
+    report = restore(Conversation(tiny_model, SMALL), base)
     assert report.segments == 0 and "cut after a rebase" in report.stopped
     # The full save a rebase calls for makes the old segments foreign: a crash between the
     # new base's rename and their removal still restores the new base, and nothing else.
-    Snapshotter(conv, base).save(ANCHOR)
+    write_cut(take_cut(conv, ANCHOR), base)  # the base written, the segments not yet removed
     fresh = Conversation(tiny_model, SMALL)
-    report = restore_chain(fresh, base)
+    report = restore(fresh, base)
     assert report.segments == 0 and "extends another base" in report.stopped
     assert_same_state(live_state(fresh), live_state(conv))
+    # The Snapshotter's complete save removes them.
+    saver = Snapshotter(conv, base)
+    assert saver.next_save_kind() == ("full", "no base snapshot")
+    assert saver.save(ANCHOR).kind == "full"
+    assert not list(chain_dir(base).glob("*.seg"))
+    report = restore(Conversation(tiny_model, SMALL), base)
+    assert report.segments == 0 and report.stopped is None
 
 
 def test_a_reset_arena_forces_a_full_save(tiny_model, tmp_path) -> None:
@@ -320,6 +328,6 @@ def test_hybrid_layer_planes_follow_the_chain(fixture, tmp_path) -> None:
     conv.ingest([11, 12])
     head = save_segment(conv, head, chain_dir(base), ANCHOR)
     fresh = Conversation(model, policy)
-    report = restore_chain(fresh, base)
+    report = restore(fresh, base)
     assert report.segments == 5 and report.stopped is None
     assert_same_state(live_state(fresh), live_state(conv))

@@ -11,9 +11,9 @@ import xxhash
 
 from engine.backends.numpy.backend import NumpyBackend
 from engine.conversation import Conversation
+from engine.snapshot.chain import restore
 from engine.snapshot.format import HEADER, TRAILER, SnapshotCorruptError
-from engine.snapshot.restore import restore
-from engine.snapshot.writer import Snapshotter
+from engine.snapshot.snapshotter import Snapshotter
 from engine.state.ring_policy import RingPolicy
 
 POLICY = RingPolicy(max_slots=64, recent_window=8, evict_batch=8, prefill_chunk=16)

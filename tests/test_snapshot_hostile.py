@@ -18,10 +18,13 @@ from hypothesis import strategies as st
 
 from engine.conversation import Conversation
 from engine.model.model import load_model
+from engine.snapshot.chain import restore
 from engine.snapshot.format import HEADER, SnapshotError
-from engine.snapshot.restore import read_snapshot, restore
-from engine.snapshot.writer import Snapshotter
+from engine.snapshot.restore import read_snapshot
+from engine.snapshot.segment import chain_dir
+from engine.snapshot.snapshotter import Snapshotter
 
+from .snapshot_child import POLICY as CHILD_POLICY
 from .test_snapshot import SMALL, busy_conversation, live_state
 from .tiny_model import TinySpec, write_tiny_gguf
 
@@ -130,7 +133,8 @@ def test_specific_reasons(good_snapshot, target, tmp_path) -> None:
     assert "unexpected bytes" in refused(good_snapshot + b"\0", target, tmp_path)
 
 
-def test_kill_9_during_saves_never_leaves_a_torn_snapshot(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["full", "chain"])
+def test_kill_9_during_saves_never_leaves_a_torn_snapshot(tmp_path: Path, mode: str) -> None:
     spec = TinySpec(n_layers=4, d_model=256, n_heads=4, n_kv_heads=2, ffn_dim=256,
                     context_length=4096, seed=11)
     gguf = write_tiny_gguf(tmp_path / "kill.gguf", spec)
@@ -138,24 +142,31 @@ def test_kill_9_during_saves_never_leaves_a_torn_snapshot(tmp_path: Path) -> Non
     load_model(gguf, cache)  # build the image once, outside the kill loop
     path = tmp_path / "k.snapshot.bin"
     rng = random.Random(1234)
-    mid_write = 0
+    mid_write, kinds = 0, set()
     for _ in range(10):
         child = subprocess.Popen(
-            [sys.executable, "-m", "tests.snapshot_child", str(gguf), str(cache), str(path)],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [sys.executable, "-m", "tests.snapshot_child", str(gguf), str(cache), str(path),
+             mode], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         assert child.stdout.readline().strip() == "ready", child.stderr.read()
-        assert child.stdout.readline().startswith("saved")  # at least one complete save
+        line = child.stdout.readline()
+        assert line.startswith("saved"), child.stderr.read()  # at least one complete save
+        kinds.add(line.split()[-1])
         for _ in range(rng.randint(0, 3)):
-            child.stdout.readline()
+            kinds.add(child.stdout.readline().split()[-1])
         time.sleep(rng.uniform(0.0, 0.03))  # a save (with fsync) takes tens of ms
         os.kill(child.pid, signal.SIGKILL)
         child.wait(10)
-        mid_write += path.with_name(path.name + ".tmp").exists()
+        mid_write += path.with_name(path.name + ".tmp").exists() or \
+            any(chain_dir(path).glob("*.seg.tmp"))
         snap = read_snapshot(path)  # the previous or the new one: never torn
         snap.mapping.close()
-    print(f"{mid_write} of 10 kills landed mid-write")
+    # Each start restored the whole chain (snapshot_child asserts it); so does the last.
+    report = restore(Conversation(load_model(gguf, cache), CHILD_POLICY), path)
+    assert report.stopped is None and report.clock > 0
+    print(f"{mid_write} of 10 kills landed mid-write; saves seen: {sorted(kinds)}")
     assert mid_write > 0, "no kill landed during a write; the test proved nothing"
+    assert kinds == ({"full", "segment"} if mode == "chain" else {"full"})
 
 
 def test_inspect_command_reports_validation(good_snapshot, tmp_path: Path) -> None:

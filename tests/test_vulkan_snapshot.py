@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from engine.conversation import Conversation
-from engine.snapshot.restore import restore
-from engine.snapshot.writer import Snapshotter
+from engine.snapshot.chain import restore
+from engine.snapshot.snapshotter import Snapshotter
 from engine.state.ring_policy import RingPolicy
 
 POLICY = RingPolicy(max_slots=64, recent_window=8, evict_batch=8, prefill_chunk=16)

@@ -53,7 +53,8 @@ class Booted(Event, total=False):  # also `restored`
     replayed_events: int
     replayed_tokens: int
     restored_slots: int
-    snapshot_bytes: int
+    snapshot_bytes: int  # the base and the segments applied
+    snapshot_segments: int  # segments applied after the base (docs/snapshot.md "Chains")
     phases_ms: dict[str, float]
     warnings: list[str]
     transcript: list[TranscriptEntry]

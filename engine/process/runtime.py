@@ -13,7 +13,7 @@ from ..model.architecture import CONV, WINDOW
 from ..session.alternatives import RESTORES
 from ..session.replay import WITHDRAWS, is_marker, reply_target, retracted_ids, ring_order
 from ..session.session import BootReport, Session
-from ..snapshot.writer import SaveResult
+from ..snapshot.snapshotter import SaveResult
 from ..state.ring_policy import DEFAULT_EVICT
 from ..state.turn_memory import turn_memory
 
@@ -50,13 +50,11 @@ class SessionRuntime:
     def stats(self) -> dict:
         """This session's part of a `stats` event. Read-only: it may run beside a turn."""
         snap = self.session.snapshots
-        try:
-            size = snap.path.stat().st_size
-        except OSError:
-            size = 0
         return {
             "ring": ring_summary(self.session), "turn_active": self.turn_active,
-            "snapshot": {"path": str(snap.path), "state": self.snapshot_state, "bytes": size,
+            "snapshot": {"path": str(snap.path), "state": self.snapshot_state,
+                         "bytes": snap.disk_bytes(),  # the base and its segments
+                         "segments": snap.head.seq if snap.head is not None else 0,
                          "saved_clock": snap.last_clock, "busy": snap.busy,
                          # 'mapped': written straight from the arena views; 'staging':
                          # copied out of slow device memory first (a GPU's BAR window)
@@ -110,6 +108,7 @@ def boot_fields(report: BootReport) -> dict:
         "restore_ms": round(report.restore_ms, 3), "replay_ms": round(report.replay_ms, 3),
         "replayed_events": report.replayed_events, "replayed_tokens": report.replayed_tokens,
         "restored_slots": report.restored_slots, "snapshot_bytes": report.snapshot_bytes,
+        "snapshot_segments": report.snapshot_segments,
         "phases_ms": {k: round(v, 3) for k, v in report.phases_ms.items()},
         "warnings": report.warnings,
     }
@@ -131,7 +130,7 @@ def ring_size_fields(conv) -> dict:
 
 def save_fields(result: SaveResult) -> dict:
     fields = {"status": result.status.name.lower(), "bytes": result.bytes,
-              "ms": round(result.ms, 3), "clock": result.clock}
+              "ms": round(result.ms, 3), "clock": result.clock, "kind": result.kind}
     if result.error:
         fields["error"] = result.error
     return fields

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from ..snapshot.writer import SaveResult
+from ..snapshot.snapshotter import SaveResult
 from .runtime import SessionRuntime, boot_fields, save_fields, transcript_fields
 
 if TYPE_CHECKING:

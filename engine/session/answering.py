@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..conversation import StopCheck
-from ..snapshot.writer import SnapshotStatus
+from ..snapshot.snapshotter import SnapshotStatus
 from ..state.sampler import SamplingSettings
 from ..state.sampling import another_seed
 from .alternatives import RESTORES, reply_origin

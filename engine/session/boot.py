@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
+from ..snapshot.chain import restore, set_aside
 from ..snapshot.format import SnapshotError
-from ..snapshot.restore import restore
 from .replay import ReplayProgress, replay, ring_order, taken_in, withdrawn_ids
 from .stream import StreamEvent, StreamRead
 
@@ -40,7 +40,8 @@ class BootReport:
     replayed_tokens: int = 0
     skipped_tokens: int = 0  # left out of the replay at the front: the ring cannot hold them
     restored_slots: int = 0
-    snapshot_bytes: int = 0
+    snapshot_bytes: int = 0  # base and segments
+    snapshot_segments: int = 0  # segments applied after the base
     phases_ms: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
@@ -89,10 +90,17 @@ def warm(session: Session, read: StreamRead, progress: ReplayProgress | None) ->
     first: dict[str, int] = {}
     for i, event in enumerate(events):
         first.setdefault(event.id, i)
-    report = restore(session.conversation, session.snapshots.path, known_ids=first.keys())
+    snapshots = session.snapshots
+    report = restore(session.conversation, snapshots.path, known_ids=first.keys(),
+                     compact_share=snapshots.compact_share)
+    snapshots.head = report.head  # the next save extends the chain from its valid prefix
+    warnings = []
+    if report.stopped:
+        warnings.append(f"snapshot chain stopped at {report.stopped}; the stream replays "
+                        f"the rest; {set_aside(snapshots.path, report.ignored)}")
     held, after = _split_at_anchor(read, first[report.stream_id])
     withdrawn = withdrawn_ids(events)
-    session.snapshots.last_clock = report.clock
+    snapshots.last_clock = report.clock
     session.transcript.reset_to(taken_in(held, withdrawn),
                                 bool(report.session.get("awaiting_reply", False)))
     later = taken_in(after, withdrawn)
@@ -110,6 +118,7 @@ def warm(session: Session, read: StreamRead, progress: ReplayProgress | None) ->
         replay_ms=replay_ms, replayed_events=len(later), replayed_tokens=replayed,
         skipped_tokens=skipped, restored_slots=report.n_active, snapshot_bytes=report.bytes,
         phases_ms={"validate": report.validate_ms, "copy": report.copy_ms, "replay": replay_ms},
+        warnings=warnings, snapshot_segments=report.segments,
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,6 +25,7 @@ from ulid import ULID
 from ..errors import ChannelError, UnusableFileError
 from ..fileio import create_exclusive, open_regular
 from ..paths import SessionFiles, check_session_name
+from ..snapshot.chain import segment_names
 from .owner import acquire_session
 from .replay import FORKED_FROM, is_marker
 from .stream import StreamEvent, StreamLog, _now
@@ -119,6 +121,7 @@ def _write_fork(src: SessionFiles, new: SessionFiles, lines: list[str], failed: 
             copied_settings = True
         if copy_snapshot and os.path.lexists(src.snapshot):
             snapshot_bytes = _copy_file(src.snapshot, new.snapshot)
+            snapshot_bytes += _copy_segments(src.snapshot_chain, new.snapshot_chain)
         _write_new(new.stream, ("\n".join(lines) + "\n").encode("utf-8"))
     except BaseException as exc:
         # None of these existed before (checked), nor did the settings if we copied them.
@@ -126,6 +129,7 @@ def _write_fork(src: SessionFiles, new: SessionFiles, lines: list[str], failed: 
                         *((new.settings,) if copied_settings else ())):
             with contextlib.suppress(OSError):
                 written.unlink(missing_ok=True)
+        shutil.rmtree(new.snapshot_chain, ignore_errors=True)
         if isinstance(exc, OSError):
             raise ForkError(f"{failed}: {_why(exc, data_dir)}") from None
         if isinstance(exc, UnusableFileError):
@@ -160,6 +164,23 @@ def _why(exc: OSError, data_dir: Path) -> str:
         return f"no space left for it in {data_dir}"
     where = f" ({exc.filename})" if exc.filename else ""
     return f"{exc.strerror or exc}{where}"
+
+
+def _copy_segments(source: Path, target: Path) -> int:
+    """Copy the snapshot's segments in order; their bytes. One that a compaction removed
+    meanwhile ends the copy: the segments before it still extend the copied base, and the
+    fork's first open replays the rest of the stream."""
+    names = segment_names(source)
+    if not names:
+        return 0
+    target.mkdir(mode=0o700)
+    copied = 0
+    for name in names:
+        try:
+            copied += _copy_file(source / name, target / name)
+        except FileNotFoundError:
+            break
+    return copied
 
 
 def _copy_file(source: Path, target: Path) -> int:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,7 +68,17 @@ class SearchHit:
 def _moved_files(files: SessionFiles) -> list[Path]:
     """The session's files to move, in order: the stream last (its arrival makes the
     session exist under the new name); the lock stays where it is."""
-    return [files.settings, files.model_record, files.snapshot, files.stream]
+    return [files.settings, files.model_record, files.snapshot_chain, files.snapshot,
+            files.stream]
+
+
+def _remove_leftover(path: Path) -> None:
+    """A settings file, or segments with no base beside them, left under a name whose
+    session is gone: nothing reads them, and a move must not fail on them."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
 
 
 def session_exists(data_dir: Path, name: str) -> bool:
@@ -208,8 +219,8 @@ def _move_all(source: SessionFiles, target: SessionFiles, failed: str) -> None:
     try:
         for src, dst in zip(_moved_files(source), _moved_files(target), strict=True):
             if os.path.lexists(src):
-                if os.path.lexists(dst):  # a settings file left from a name never used
-                    os.unlink(dst)
+                if os.path.lexists(dst):  # a file left from a name never used
+                    _remove_leftover(dst)
                 os.rename(src, dst)
                 moved.append((src, dst))
     except OSError as exc:
@@ -251,4 +262,6 @@ def _entry(folder: Path, name: str) -> TrashEntry:
     for path in _moved_files(SessionFiles(folder, name)):
         with contextlib.suppress(OSError):
             size += path.lstat().st_size
+            if path.is_dir() and not path.is_symlink():  # the snapshot's segments
+                size += sum(e.stat(follow_symlinks=False).st_size for e in os.scandir(path))
     return TrashEntry(folder.name, name, folder, folder.stat().st_mtime, size)

@@ -22,7 +22,7 @@ from ..conversation import Conversation
 from ..errors import ModelFileChangedError, StreamError
 from ..model.model import Model
 from ..paths import SessionFiles, check_session_name
-from ..snapshot.writer import SaveResult, Snapshotter
+from ..snapshot.snapshotter import SaveResult, Snapshotter
 from ..state.ring_policy import RingPolicy
 from . import boot as booting
 from .answering import Answering
@@ -112,7 +112,7 @@ class Session(Answering):
         read_ms = (time.perf_counter() - t0) * 1e3
         report = booting.load(self, read, "--cold: snapshot ignored" if cold else None, progress)
         report.phases_ms = {"read_stream": read_ms, **report.phases_ms}
-        report.warnings = warnings + list(read.warnings)
+        report.warnings = warnings + list(read.warnings) + report.warnings
         return report
 
     def restore_now(self, progress: ReplayProgress | None = None) -> BootReport:

@@ -29,6 +29,7 @@ import numpy as np
 from ..backends.base import Backend
 from ..model.model import Model
 from ..paths import SessionFiles
+from ..snapshot.chain import segment_names
 from ..state.ring_policy import RingPolicy
 from .session import Session
 
@@ -76,6 +77,10 @@ def verify_session(model: Model, data_dir: Path, name: str, policy: RingPolicy |
         shutil.copyfile(source.stream, copy.stream)
         if source.snapshot.is_file():
             shutil.copyfile(source.snapshot, copy.snapshot)
+            if names := segment_names(source.snapshot_chain):
+                copy.snapshot_chain.mkdir()
+                for name in names:
+                    shutil.copyfile(source.snapshot_chain / name, copy.snapshot_chain / name)
         warm = Session(model, Path(scratch), name, policy, backend)
         warm_report = warm.boot()
         cold = Session(model, Path(scratch), name, policy, backend)

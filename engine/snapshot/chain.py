@@ -20,6 +20,7 @@ import re
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +33,7 @@ from ..fileio import describe_os_error, open_regular
 from ..state.arena import CLOCK, MAX_TURN_BOUNDARIES, N_ACTIVE, NEXT_POS, REBASES, SAMPLER_WORDS
 from .format import COUNTER_WORDS, KV_DTYPES, SnapshotCorruptError, array_at, unpack_trailer
 from .identity import WINDOW_PLANES, plane_specs
-from .restore import _copy_into, check_compatible, read_snapshot
+from .restore import check_compatible, copy_base_into, read_snapshot
 from .segment import COMPACT_SHARE, ChainHead, chain_dir
 from .segment_format import (
     SEG_TRAILER,
@@ -186,21 +187,29 @@ def _check_link(seg: ParsedSegment, walk: _Walk, base_digest: bytes, rebases: in
 class ChainReport:
     clock: int
     n_active: int
-    stream_id: str
+    stream_id: str  # the anchor: the last stream event the restored state includes
+    session: dict  # the base identity's session facts, updated by the last segment
     segments: int  # applied
     bytes: int  # base + applied segments
     stopped: str | None  # "000004.seg: checksum mismatch", or None: the whole chain
     head: ChainHead
-    ms: float
+    validate_ms: float
+    copy_ms: float
     ignored: list[str] = field(default_factory=list)  # segment files past the valid prefix
 
+    @property
+    def restore_ms(self) -> float:
+        return self.validate_ms + self.copy_ms
 
-def restore_chain(conv: Conversation, base: Path, known_ids: Collection[str] | None = None,
-                  compact_share: float = COMPACT_SHARE) -> ChainReport:
+
+def restore(conv: Conversation, base: Path, known_ids: Collection[str] | None = None,
+            compact_share: float = COMPACT_SHARE) -> ChainReport:
     """Validate base + segments, then make the longest valid prefix the conversation's
-    state. Raises SnapshotError (conversation untouched) only if the base is unusable."""
+    state. Raises SnapshotError (conversation untouched) only if the base is unusable. With
+    `known_ids`, every link's stream anchor must be one of them."""
     t0 = time.perf_counter()
-    snap = read_snapshot(Path(base))
+    base = Path(base)
+    snap = read_snapshot(base)
     segments: list[ParsedSegment] = []
     try:
         check_compatible(snap, conv)
@@ -218,11 +227,11 @@ def restore_chain(conv: Conversation, base: Path, known_ids: Collection[str] | N
         codes = (s.n_layers, s.kv_dim, _code(s.k_dtype), _code(s.v_dtype))
         window = next((p.shape[1] for p in planes if p.name in WINDOW_PLANES), 0)
         context = conv.model.config.context_length
-        names = _segment_names(chain_dir(Path(base)))
+        names = segment_names(chain_dir(base))
         stopped = None
         for name in names:
             try:
-                seg = read_segment(chain_dir(Path(base)) / name, planes)
+                seg = read_segment(chain_dir(base) / name, planes)
             except SegmentError as exc:
                 stopped = f"{name}: {exc}"
                 break
@@ -235,17 +244,22 @@ def restore_chain(conv: Conversation, base: Path, known_ids: Collection[str] | N
                 break
             segments.append(seg)
             walk = _advance(walk, seg, first_dirty, len(segments) - 1)
-        _copy_into(snap, conv)
+        t1 = time.perf_counter()
+        copy_base_into(snap, conv)
         _apply(conv, segments, walk, planes)
-        applied = len(segments)
-        h = segments[-1].header if segments else None
+        t2 = time.perf_counter()
+        session = dict(snap.identity.get("session", {}))
+        last = segments[-1].header if segments else None
+        if last is not None:
+            session.update(skipped_tokens=last.skipped_tokens,
+                           awaiting_reply=last.awaiting_reply)
         head = ChainHead(digest, snap.size, planes, walk.seq, walk.digest, walk.clock, rebases,
                          conv.arena.generation, sum(g.header.size for g in segments),
                          compact_share)
         return ChainReport(walk.clock, len(walk.slot_clock),
-                           h.stream_id if h else snap.header.stream_id, applied,
-                           snap.size + head.chain_bytes, stopped, head,
-                           (time.perf_counter() - t0) * 1e3, names[applied:])
+                           last.stream_id if last else snap.header.stream_id, session,
+                           len(segments), snap.size + head.chain_bytes, stopped, head,
+                           (t1 - t0) * 1e3, (t2 - t1) * 1e3, names[len(segments):])
     finally:
         _close(snap.mapping)
         for seg in segments:
@@ -262,7 +276,7 @@ def _advance(walk: _Walk, seg: ParsedSegment, first_dirty: int, index: int) -> _
 
 
 def _apply(conv: Conversation, segments: list[ParsedSegment], walk: _Walk, planes) -> None:
-    """Copy the chain's end state into an arena that holds the base's (after _copy_into)."""
+    """Copy the chain's end state into an arena that holds the base's (after copy_base_into)."""
     if not segments:
         return
     v, last = conv.arena.views(), segments[-1]
@@ -305,7 +319,20 @@ def _apply(conv: Conversation, segments: list[ParsedSegment], walk: _Walk, plane
     conv.last_logits = None
 
 
-def _segment_names(directory: Path) -> list[str]:
+def set_aside(base: Path, names: list[str]) -> str:
+    """Rename segments a restore stopped before (`NNNNNN.seg.rejected-<time>`): kept for a
+    look, never read again, and out of the way of the segments the next saves write."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    directory = chain_dir(base)
+    try:
+        for name in names:
+            os.rename(directory / name, directory / f"{name}.rejected-{stamp}")
+    except OSError as exc:
+        return f"could not be set aside ({describe_os_error(exc)})"
+    return f"kept as *.rejected-{stamp}"
+
+
+def segment_names(directory: Path) -> list[str]:
     """NNNNNN.seg files in seq order (temporary files and anything else ignored)."""
     try:
         return sorted(e.name for e in os.scandir(directory)

@@ -1,4 +1,5 @@
-"""Reading a snapshot back: validate everything first, then copy into the arena.
+"""Reading a complete snapshot (a chain's base) back: validate everything first, then copy
+into the arena. chain.py's `restore` is the entry point: the base, then its segments.
 
 The file is mapped read-only and checked in full (sizes, magic, version, checksum, identity,
 ring invariants) before any live state is touched. Only then are its sections copied into the
@@ -10,8 +11,6 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-import time
-from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,21 +85,6 @@ class ParsedSnapshot:
         return array_at(self.mapping, offset, dtype, s.n_active * s.kv_dim).reshape(
             s.n_active, s.kv_dim
         )
-
-
-@dataclass(frozen=True)
-class RestoreReport:
-    clock: int
-    n_active: int
-    bytes: int
-    stream_id: str
-    session: dict
-    validate_ms: float
-    copy_ms: float
-
-    @property
-    def restore_ms(self) -> float:
-        return self.validate_ms + self.copy_ms
 
 
 def read_snapshot(path: Path) -> ParsedSnapshot:
@@ -206,30 +190,8 @@ def _check_invariants(snap: ParsedSnapshot, context_length: int) -> None:
             raise SnapshotCorruptError(f"stream anchor {h.stream_id!r} is not a ULID") from None
 
 
-def restore(conv: Conversation, path: Path,
-            known_ids: Collection[str] | None = None) -> RestoreReport:
-    """Validate `path` fully, then make it the conversation's state. Raises SnapshotError
-    (and leaves the conversation untouched) if the file cannot be used. With `known_ids`,
-    the snapshot's stream anchor must be one of them."""
-    t0 = time.perf_counter()
-    snap = read_snapshot(Path(path))
-    try:
-        check_compatible(snap, conv)
-        if known_ids is not None and snap.header.stream_id not in known_ids:
-            raise SnapshotCorruptError(
-                f"stream anchor {snap.header.stream_id or '(none)'} is not in the stream"
-            )
-        t1 = time.perf_counter()
-        _copy_into(snap, conv)
-        t2 = time.perf_counter()
-    finally:
-        _close(snap.mapping)
-    return RestoreReport(snap.header.clock, snap.sections.n_active, snap.size,
-                         snap.header.stream_id, snap.identity.get("session", {}),
-                         (t1 - t0) * 1e3, (t2 - t1) * 1e3)
-
-
-def _copy_into(snap: ParsedSnapshot, conv: Conversation) -> None:
+def copy_base_into(snap: ParsedSnapshot, conv: Conversation) -> None:
+    """Make a validated snapshot the conversation's state (chain.py applies segments after)."""
     v = conv.arena.views()
     n = snap.sections.n_active
     for name, source in snap.arrays().items():

@@ -54,10 +54,26 @@ def segment_path(directory: Path, seq: int) -> Path:
     return directory / f"{seq:06d}.seg"
 
 
+def remove_segments(directory: Path) -> int:
+    """After a complete save: unlink every segment and unfinished segment in `directory`,
+    then make that durable. Files set aside by a restore (`.rejected-*`) are kept. Returns
+    how many went; OSError if the directory cannot be read."""
+    try:
+        names = [e.name for e in os.scandir(directory)
+                 if e.name.endswith((".seg", ".seg.tmp")) and not e.is_dir()]
+    except FileNotFoundError:
+        return 0
+    for name in names:
+        (directory / name).unlink(missing_ok=True)
+    if names:
+        fsync_directory(directory)
+    return len(names)
+
+
 @dataclass(frozen=True)
 class ChainHead:
     """The last durable link, as the writer needs it to cut the next segment. In memory:
-    made after a base save (from_base) or a chain restore (chain.restore_chain)."""
+    made after a base save (from_base) or a chain restore (chain.restore)."""
 
     base_digest: bytes  # 16 B, the base file's trailer digest
     base_bytes: int
@@ -116,9 +132,11 @@ class SegmentCut:
     rewound_to: int | None  # the ring's watermark read; cleared once the segment is durable
 
 
-def take_segment_cut(conv: Conversation, head: ChainHead, stream_id: str) -> SegmentCut:
+def take_segment_cut(conv: Conversation, head: ChainHead, stream_id: str,
+                     session: dict | None = None) -> SegmentCut:
     """The next segment's cut (engine thread). Refuses, with compaction_reason's words, a
-    state only a full save can record."""
+    state only a full save can record. `session`: the facts a base keeps in its identity
+    (skipped_tokens, awaiting_reply), carried in the header."""
     reason = compaction_reason(head, conv)
     if reason is not None:
         raise SnapshotError(f"needs a full save: {reason}")
@@ -135,7 +153,9 @@ def take_segment_cut(conv: Conversation, head: ChainHead, stream_id: str) -> Seg
     header = SegmentHeader(
         head.seq + 1, head.base_digest, head.digest, head.clock, dirty_from, clock, n,
         n - first_dirty, L, kv_dim, dtype_code(v.k_cache.dtype), dtype_code(v.v_cache.dtype),
-        window_rows, ring.rebases, sections.size, stream_id)
+        window_rows, ring.rebases, sections.size, stream_id,
+        int((session or {}).get("skipped_tokens", 0)),
+        bool((session or {}).get("awaiting_reply", False)))
     regions = conv.forward.read_regions(["k_cache", "v_cache", *ring.planes])
     planes = {}
     for spec in head.planes:
@@ -253,8 +273,6 @@ def write_segment(conv: Conversation, cut: SegmentCut, head: ChainHead,
     except BaseException:
         writer.abort()
         raise
-    if conv.ring.rewound_to == cut.rewound_to:  # durable now: nothing before it to carry
-        conv.ring.rewound_to = None
     return replace(head, seq=cut.header.seq, digest=digest, clock=cut.header.clock,
                    chain_bytes=head.chain_bytes + cut.sections.size)
 
@@ -266,7 +284,10 @@ def save_segment(conv: Conversation, head: ChainHead, directory: Path,
     cut = take_segment_cut(conv, head, stream_id)
     conv.ring.freeze()
     try:
-        return write_segment(conv, cut, head, directory)
+        head = write_segment(conv, cut, head, directory)
+        if conv.ring.rewound_to == cut.rewound_to:  # durable now: nothing before it to carry
+            conv.ring.rewound_to = None
+        return head
     finally:
         conv.ring.thaw()
 

@@ -33,8 +33,8 @@ SEGMENT_MAGIC = b"SNAPSEG\0"
 SEGMENT_VERSION = 1
 # magic, version, header size, seq, base digest, prev digest, prev_clock, dirty_from, clock,
 # n_active, n_dirty, num_layers, kv_dim, K code, V code, stream_id_len, window_rows,
-# rebases, size, stream_id, reserved
-SEG_HEADER = struct.Struct(f"<8sIIQ16s16sQQQIIIIBBHIQQ{MAX_STREAM_ID}s8x")
+# rebases, size, stream_id, skipped_tokens, awaiting_reply, reserved
+SEG_HEADER = struct.Struct(f"<8sIIQ16s16sQQQIIIIBBHIQQ{MAX_STREAM_ID}sIB3x")
 SEG_TRAILER_MAGIC = b"SEGSUM\0\0"
 SEG_TRAILER = struct.Struct("<8s16s")
 DIGEST_BYTES = 16
@@ -96,6 +96,10 @@ class SegmentHeader:
     rebases: int
     size: int  # the whole segment, trailer included
     stream_id: str  # the last stream event the state includes
+    # The session facts a base keeps in its identity's "session" entry, which change
+    # between saves: tokens a replay left out, and whether a message awaits its reply.
+    skipped_tokens: int = 0
+    awaiting_reply: bool = False
 
     def pack(self) -> bytes:
         sid = self.stream_id.encode("ascii")
@@ -105,7 +109,8 @@ class SegmentHeader:
             SEGMENT_MAGIC, SEGMENT_VERSION, SEG_HEADER.size, self.seq, self.base_digest,
             self.prev_digest, self.prev_clock, self.dirty_from, self.clock, self.n_active,
             self.n_dirty, self.num_layers, self.kv_dim, self.k_code, self.v_code, len(sid),
-            self.window_rows, self.rebases, self.size, sid)
+            self.window_rows, self.rebases, self.size, sid, min(self.skipped_tokens, 2**32 - 1),
+            int(self.awaiting_reply))
 
 
 def unpack_segment_header(data: bytes | memoryview, actual_size: int) -> SegmentHeader:
@@ -114,7 +119,7 @@ def unpack_segment_header(data: bytes | memoryview, actual_size: int) -> Segment
             f"truncated at byte {actual_size} (header needs {SEG_HEADER.size})")
     (magic, version, header_size, seq, base, prev, prev_clock, dirty_from, clock, n, n_dirty,
      layers, kv_dim, k_code, v_code, sid_len, window_rows, rebases, size,
-     sid) = SEG_HEADER.unpack_from(data, 0)
+     sid, skipped, awaiting) = SEG_HEADER.unpack_from(data, 0)
     if magic != SEGMENT_MAGIC:
         raise SegmentMagicError(f"not a segment (magic {bytes(magic)!r})")
     if version != SEGMENT_VERSION:
@@ -125,6 +130,8 @@ def unpack_segment_header(data: bytes | memoryview, actual_size: int) -> Segment
         raise SegmentTruncatedError(f"truncated at byte {actual_size} of {size}")
     if actual_size > size:
         raise SegmentCorruptError(f"{actual_size - size} unexpected bytes after the trailer")
+    if awaiting > 1:
+        raise SegmentCorruptError(f"awaiting_reply flag {awaiting} is neither 0 nor 1")
     if n_dirty > n or k_code not in KV_DTYPES or v_code not in KV_DTYPES:
         raise SegmentCorruptError(f"{n_dirty} dirty of {n} slots, element codes "
                                   f"{k_code}/{v_code}")
@@ -134,7 +141,7 @@ def unpack_segment_header(data: bytes | memoryview, actual_size: int) -> Segment
         raise SegmentCorruptError("stream_id is not ASCII") from None
     return SegmentHeader(seq, bytes(base), bytes(prev), prev_clock, dirty_from, clock, n,
                          n_dirty, layers, kv_dim, k_code, v_code, window_rows, rebases, size,
-                         stream_id)
+                         stream_id, skipped, bool(awaiting))
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Saving a conversation's working state (seed 000); restore.py reads it back.
+"""Writing a complete snapshot (seed 000): the base of a chain; restore.py reads it back,
+snapshotter.py decides when a save is a complete one and when a segment (segment.py).
 
 Saving takes a *cut* in the engine thread: the small per-slot arrays and counters are copied,
 and the ring is frozen so that no eviction or rebase moves the captured K/V rows. A background
@@ -12,41 +13,20 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import IntEnum
 from pathlib import Path
 
 import numpy as np
 import xxhash
 
 from ..conversation import Conversation
-from ..errors import UnusableFileError
-from ..fileio import create_exclusive, describe_os_error
+from ..fileio import create_exclusive
 from .format import SNAPSHOT_VERSION, Header, Sections, pack_body, pack_trailer
 from .identity import WINDOW_PLANES, identity_bytes, identity_of, window_to_token_order
 
 WRITE_CHUNK = 1 << 20
 Progress = Callable[[int, int], None]
-
-
-class SnapshotStatus(IntEnum):
-    SAVED = 0
-    FAILED = 1
-    EXISTS = 2  # the zero-delta gate: the clock has not moved since the last checkpoint
-    BUSY = 3  # another save of this conversation is still being written
-
-
-@dataclass(frozen=True)
-class SaveResult:
-    status: SnapshotStatus
-    path: Path
-    clock: int
-    bytes: int = 0
-    ms: float = 0.0
-    error: str | None = None
 
 
 @dataclass
@@ -184,10 +164,13 @@ class SnapshotWriter:
             for plane in cut.planes.values():  # in the order the identity lists them
                 self._write(np.ascontiguousarray(plane))
 
-    def commit(self) -> int:
+    def commit(self) -> tuple[int, bytes]:
+        """Trailer, fsync, rename, fsync the directory; the file's size and digest (a
+        chain's segments name the digest of the base they extend)."""
         self._advance("slabs", "committed", "commit")
         self._pad_to(self._total - len(pack_trailer(bytes(16))))
-        trailer = pack_trailer(self._hash.digest())
+        digest = self._hash.digest()
+        trailer = pack_trailer(digest)
         self._file.write(trailer)
         self._written += len(trailer)
         self._file.flush()
@@ -195,7 +178,7 @@ class SnapshotWriter:
         self._file.close()
         os.replace(self.tmp, self.path)
         fsync_directory(self.path.parent)
-        return self._written
+        return self._written, digest
 
     def abort(self) -> None:
         self._state = "aborted"
@@ -203,16 +186,6 @@ class SnapshotWriter:
         with contextlib.suppress(OSError):
             self._file.close()
         self.tmp.unlink(missing_ok=True)
-
-
-WRITER_NICENESS = 10
-
-
-def _yield_cpu_to_decoding() -> None:
-    """Lower this thread's CPU priority: on a busy machine the decode loop's BLAS threads go
-    first and the writer fills the gaps. On Linux a nice value is per thread."""
-    with contextlib.suppress(AttributeError, OSError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WRITER_NICENESS)
 
 
 def fsync_directory(path: Path) -> None:
@@ -223,7 +196,8 @@ def fsync_directory(path: Path) -> None:
         os.close(fd)
 
 
-def write_cut(cut: Cut, path: Path, progress: Progress | None = None) -> int:
+def write_cut(cut: Cut, path: Path, progress: Progress | None = None) -> tuple[int, bytes]:
+    """Write `cut` as the complete snapshot at `path`; its size and digest."""
     writer = SnapshotWriter(path, progress)
     try:
         writer.write_header(cut)
@@ -233,89 +207,3 @@ def write_cut(cut: Cut, path: Path, progress: Progress | None = None) -> int:
     except BaseException:
         writer.abort()
         raise
-
-
-@dataclass
-class Snapshotter:
-    """Owns one conversation's snapshot file and saves to it (sync or async); restore.py
-    reads it back."""
-
-    conversation: Conversation
-    path: Path
-    last_clock: int | None = None  # clock of the state known to be on disk
-    progress: Progress | None = None
-    _thread: threading.Thread | None = field(default=None, repr=False)
-    _result: SaveResult | None = field(default=None, repr=False)
-
-    @property
-    def busy(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def remove_stale_tmp(self) -> str | None:
-        """Delete the temporary file an interrupted save left (as large as a snapshot, and
-        otherwise kept until the next save); say what was done, or None if nothing was."""
-        tmp = tmp_path_for(self.path)
-        if self.busy:
-            return None
-        try:
-            size = tmp.lstat().st_size
-            tmp.unlink()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            return f"{tmp.name}, left by an interrupted save, cannot be removed: " \
-                   f"{describe_os_error(exc)}"
-        return f"removed {tmp.name} ({size} bytes), left by an interrupted save"
-
-    def wait(self) -> SaveResult | None:
-        """Block until an in-flight save ends; its result (None if there was none)."""
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        return self._result
-
-    def save(self, stream_id: str, session: dict | None = None, *, wait: bool = True,
-             on_done: Callable[[SaveResult], None] | None = None) -> SaveResult:
-        """Checkpoint now. With wait=False the write runs on a background thread and the
-        returned result has status SAVED only as 'started'; on_done gets the final one."""
-        ring = self.conversation.ring
-        if self.busy:
-            return SaveResult(SnapshotStatus.BUSY, self.path, ring.clock)
-        self._thread = None
-        if self.last_clock == ring.clock and self.path.exists():
-            result = SaveResult(SnapshotStatus.EXISTS, self.path, ring.clock)
-            if on_done is not None:
-                on_done(result)
-            return result
-        cut = take_cut(self.conversation, stream_id, session)
-        ring.freeze()
-        self._result = None
-        thread = threading.Thread(target=self._write, args=(cut, on_done),
-                                  name=f"snapshot-{self.path.name}", daemon=True)
-        self._thread = thread
-        thread.start()
-        if wait:
-            return self.wait()  # type: ignore[return-value]
-        return SaveResult(SnapshotStatus.SAVED, self.path, cut.clock)
-
-    def _write(self, cut: Cut, on_done) -> None:
-        _yield_cpu_to_decoding()
-        t0 = time.perf_counter()
-        try:
-            size = write_cut(cut, self.path, self.progress)
-            result = SaveResult(SnapshotStatus.SAVED, self.path, cut.clock, size,
-                                (time.perf_counter() - t0) * 1e3)
-            self.last_clock = cut.clock
-        except OSError as exc:
-            result = SaveResult(SnapshotStatus.FAILED, self.path, cut.clock,
-                                error=describe_os_error(exc))
-        except UnusableFileError as exc:
-            result = SaveResult(SnapshotStatus.FAILED, self.path, cut.clock, error=str(exc))
-        except Exception as exc:  # a bug must still thaw the ring and reach the caller
-            result = SaveResult(SnapshotStatus.FAILED, self.path, cut.clock,
-                                error=f"{type(exc).__name__}: {exc}")
-        finally:
-            self.conversation.ring.thaw()
-        self._result = result
-        if on_done is not None:
-            on_done(result)

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..model.model import Model
 from ..session.session import Session
-from ..snapshot.writer import SnapshotStatus
+from ..snapshot.snapshotter import SnapshotStatus
 from ..state.ring_policy import RingPolicy
 from ..state.sampler import SamplingSettings
 
