@@ -30,7 +30,7 @@ def main() -> None:
     if path.exists():
         # Must always succeed, and with the whole chain: a kill leaves the old or the new
         # base, and whole segments or none (an unfinished one is only a .tmp).
-        report = restore(conv, path, compact_share=saver.compact_share)
+        report = restore(conv, path)
         assert report.stopped is None, report.stopped
         saver.head = report.head
     else:

@@ -34,9 +34,9 @@ SMALL = RingPolicy(max_slots=64, recent_window=8, evict_batch=8, prefill_chunk=1
 
 
 def live_state(conv: Conversation) -> dict[str, np.ndarray]:
-    """Every persistent region, restricted to the live slots."""
+    """Every persistent region (and layer plane), restricted to the live slots."""
     v, n = conv.arena.views(), conv.ring.n_active
-    state = {name: getattr(v, name).copy() for name in STATE_REGIONS}
+    state = {name: getattr(v, name).copy() for name in STATE_REGIONS + conv.ring.planes}
     state["k_cache"], state["v_cache"] = state["k_cache"][:, :n], state["v_cache"][:, :n]
     for name in ("slot_clock", "slot_pos", "slot_active", "slot_salience"):
         state[name] = state[name][:n]

@@ -27,55 +27,36 @@ from engine.snapshot.segment import (
 from engine.snapshot.segment_format import SegmentSections
 from engine.snapshot.snapshotter import Snapshotter
 from engine.snapshot.writer import take_cut, write_cut
-from engine.state.arena import STATE_REGIONS
 from engine.state.ring_policy import RingPolicy
-from engine.state.sampler import SamplingSettings
 
-GREEDY = SamplingSettings()
-SMALL = RingPolicy(max_slots=64, recent_window=8, evict_batch=8, prefill_chunk=16)
+from .test_snapshot import GREEDY, SMALL, assert_same_state, live_state
+
 ANCHOR = "01JABCDEFGHJKMNPQRSTVWXYZ0"
 
 
-def live_state(conv: Conversation) -> dict[str, np.ndarray]:
-    """Every persistent region (and layer plane), restricted to the live slots."""
-    v, n = conv.arena.views(), conv.ring.n_active
-    state = {name: getattr(v, name).copy() for name in STATE_REGIONS + conv.ring.planes}
-    state["k_cache"], state["v_cache"] = state["k_cache"][:, :n], state["v_cache"][:, :n]
-    for name in ("slot_clock", "slot_pos", "slot_active", "slot_salience"):
-        state[name] = state[name][:n]
-    return state
-
-
-def assert_same_state(a: dict, b: dict) -> None:
-    assert a.keys() == b.keys()
-    for name in a:
-        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
-
-
-def base_save(conv: Conversation, path: Path, share: float = float("inf")) -> ChainHead:
-    """A full save, as compaction will do it: the base, then its stale segments removed.
-    The chain may grow past its base (a ring of a few slots) unless `share` says otherwise."""
-    Snapshotter(conv, path).save(ANCHOR)
-    shutil.rmtree(chain_dir(path), ignore_errors=True)
-    return ChainHead.from_base(path, conv, conv.arena.generation, compact_share=share)
+def base_save(conv: Conversation, path: Path) -> ChainHead:
+    """A complete save (the stale segments removed); save_segment then extends it as far
+    as a test likes (no compaction share applies to it)."""
+    saver = Snapshotter(conv, path)
+    assert saver.save(ANCHOR).kind == "full"
+    return saver.head
 
 
 def session_chain(tiny_model, tmp_path: Path, turns: int = 3):
-    """A session saved whole after its first turn, then one segment per turn; the live
-    state after each link."""
+    """A session saved whole after its first turn, then one segment per turn (its own
+    saves); the live state after each link."""
     s = Session(tiny_model, tmp_path, "s", RingPolicy().scaled_to(256))
+    # A tiny ring's base is small next to a turn: let the chain grow past the usual 50%.
+    s.snapshots.compact_share = 8.0
     s.boot()
     s.turn("hello there", GREEDY, max_tokens=5)
-    s.save()
-    conv, base = s.conversation, s.snapshots.path
-    # A tiny ring's base is small next to a turn: let the chain grow past the usual 50%.
-    head = ChainHead.from_base(base, conv, conv.arena.generation, compact_share=8.0)
-    states = [live_state(conv)]
+    assert s.save().kind == "full"
+    states = [live_state(s.conversation)]
     for i in range(turns):
         s.turn(f"question number {i}", GREEDY, max_tokens=5)
-        head = save_segment(conv, head, chain_dir(base), s.last_event_id)
-        states.append(live_state(conv))
-    return s, base, head, states
+        assert s.save().kind == "segment"
+        states.append(live_state(s.conversation))
+    return s, s.snapshots.path, s.snapshots.head, states
 
 
 def test_base_plus_segments_is_the_live_state_and_the_chain_continues(tiny_model,
@@ -85,7 +66,7 @@ def test_base_plus_segments_is_the_live_state_and_the_chain_continues(tiny_model
         ["000001.seg", "000002.seg", "000003.seg"]
     fresh = Conversation(tiny_model, s.conversation.policy)
     known = {e.id for e in s.stream.read().events}
-    report = restore(fresh, base, known_ids=known, compact_share=8.0)
+    report = restore(fresh, base, known_ids=known)
     assert report.stopped is None and report.segments == 3 and report.ignored == []
     assert report.clock == s.conversation.ring.clock and report.stream_id == s.last_event_id
     assert_same_state(live_state(fresh), states[-1])
@@ -254,7 +235,7 @@ def test_a_reset_arena_forces_a_full_save(tiny_model, tmp_path) -> None:
 def test_a_chain_past_half_its_base_asks_for_a_full_save(tiny_model, tmp_path) -> None:
     conv = Conversation(tiny_model, SMALL)
     conv.ingest([1, 5, 9, 13] + list(range(20, 60)), anchors=True)
-    head = base_save(conv, tmp_path / "h.snapshot.bin", share=0.5)
+    head = base_save(conv, tmp_path / "h.snapshot.bin")
     while compaction_reason(head, conv) is None:
         conv.ingest([7, 8, 9])
         head = save_segment(conv, head, chain_dir(tmp_path / "h.snapshot.bin"), ANCHOR)

@@ -91,8 +91,7 @@ def warm(session: Session, read: StreamRead, progress: ReplayProgress | None) ->
     for i, event in enumerate(events):
         first.setdefault(event.id, i)
     snapshots = session.snapshots
-    report = restore(session.conversation, snapshots.path, known_ids=first.keys(),
-                     compact_share=snapshots.compact_share)
+    report = restore(session.conversation, snapshots.path, known_ids=first.keys())
     snapshots.head = report.head  # the next save extends the chain from its valid prefix
     warnings = []
     if report.stopped:

@@ -25,7 +25,7 @@ from ulid import ULID
 from ..errors import ChannelError, UnusableFileError
 from ..fileio import create_exclusive, open_regular
 from ..paths import SessionFiles, check_session_name
-from ..snapshot.chain import segment_names
+from ..snapshot.chain_walk import segment_names
 from .owner import acquire_session
 from .replay import FORKED_FROM, is_marker
 from .stream import StreamEvent, StreamLog, _now

@@ -29,7 +29,7 @@ import numpy as np
 from ..backends.base import Backend
 from ..model.model import Model
 from ..paths import SessionFiles
-from ..snapshot.chain import segment_names
+from ..snapshot.chain_walk import segment_names
 from ..state.ring_policy import RingPolicy
 from .session import Session
 
@@ -79,8 +79,9 @@ def verify_session(model: Model, data_dir: Path, name: str, policy: RingPolicy |
             shutil.copyfile(source.snapshot, copy.snapshot)
             if names := segment_names(source.snapshot_chain):
                 copy.snapshot_chain.mkdir()
-                for name in names:
-                    shutil.copyfile(source.snapshot_chain / name, copy.snapshot_chain / name)
+                for segment in names:
+                    shutil.copyfile(source.snapshot_chain / segment,
+                                    copy.snapshot_chain / segment)
         warm = Session(model, Path(scratch), name, policy, backend)
         warm_report = warm.boot()
         cold = Session(model, Path(scratch), name, policy, backend)

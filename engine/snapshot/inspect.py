@@ -1,12 +1,15 @@
-"""`channel snapshot inspect PATH`: a snapshot's header, identity and validation result."""
+"""`channel snapshot inspect PATH`: a snapshot's header, identity and validation result, and
+its chain: each segment's turn, clock range, rows, bytes and validity (docs/snapshot.md)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..model.model import Model
+from .chain_walk import walk_chain
 from .format import SnapshotError
 from .restore import _close, check_compatible, read_snapshot
+from .segment import turn_of
 
 
 def inspect_snapshot(path: Path, model: Model | None = None) -> dict:
@@ -40,11 +43,35 @@ def inspect_snapshot(path: Path, model: Model | None = None) -> dict:
             check_compatible(snap, conv)
             report["compatible_with"] = model.name
         report["valid"] = True
+        report["chain"] = _chain(snap)
     except SnapshotError as exc:
         report["error"] = str(exc)
     finally:
         _close(snap.mapping)
     return report
+
+
+def _chain(snap) -> dict:
+    """The segments after the base, as walk_chain judges them (the base's own context
+    length bounds their positions; a model's check is the base's)."""
+    context = snap.identity.get("geometry", {}).get("context_length")
+    chain = walk_chain(snap, context if isinstance(context, int) else 1 << 62)
+    try:
+        segments = [{"file": seg.path.name, "seq": seg.header.seq,
+                     "turn": turn_of(seg.array("counters")),
+                     "clocks": [seg.header.prev_clock, seg.header.clock],
+                     "rows": seg.header.n_dirty, "bytes": seg.header.size,
+                     "stream_id": seg.header.stream_id, "valid": True}
+                    for seg in chain.segments]
+    finally:
+        chain.close()
+    if chain.stopped:
+        name, _, reason = chain.stopped.partition(": ")
+        segments.append({"file": name, "valid": False, "reason": reason})
+        segments += [{"file": n, "valid": False, "reason": "after an invalid segment"}
+                     for n in chain.ignored[1:]]
+    return {"segments": segments, "restorable": len(chain.segments),
+            "bytes": snap.size + sum(s.get("bytes", 0) for s in segments if s["valid"])}
 
 
 def render_inspection(report: dict) -> str:
@@ -65,4 +92,15 @@ def render_inspection(report: dict) -> str:
                 "backend"):
         if key in identity:
             lines.append(f"  {key:<20} {identity[key]}")
+    chain = report.get("chain")
+    if chain and chain["segments"]:
+        lines.append(f"  chain: {chain['restorable']} of {len(chain['segments'])} segments "
+                     f"restorable, {chain['bytes']:,} bytes with the base")
+        for seg in chain["segments"]:
+            if seg["valid"]:
+                first, last = seg["clocks"]
+                lines.append(f"    {seg['file']}  turn {seg['turn']:<5} clock {first}..{last}"
+                             f"  {seg['rows']} rows  {seg['bytes']:,} bytes  valid")
+            else:
+                lines.append(f"    {seg['file']}  INVALID: {seg['reason']}")
     return "\n".join(lines)

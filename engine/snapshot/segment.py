@@ -28,10 +28,9 @@ import xxhash
 
 from ..conversation import Conversation
 from ..fileio import create_exclusive
-from ..state.arena import REBASES, TURNS
-from .format import SnapshotError, dtype_code, unpack_trailer
-from .identity import WINDOW_PLANES, PlaneSpec, plane_specs
-from .restore import read_snapshot
+from ..state.arena import TURNS
+from .format import SnapshotError, dtype_code
+from .identity import WINDOW_PLANES, PlaneSpec
 from .segment_format import (
     SEG_TRAILER,
     SEG_TRAILER_MAGIC,
@@ -73,7 +72,7 @@ def remove_segments(directory: Path) -> int:
 @dataclass(frozen=True)
 class ChainHead:
     """The last durable link, as the writer needs it to cut the next segment. In memory:
-    made after a base save (from_base) or a chain restore (chain.restore)."""
+    made by a complete save (snapshotter.py) or a chain restore (chain.py)."""
 
     base_digest: bytes  # 16 B, the base file's trailer digest
     base_bytes: int
@@ -84,35 +83,28 @@ class ChainHead:
     rebases: int  # the ring's rebase count at the base; a segment needs the same
     generation: int  # the arena generation the last link was cut from (or restored into)
     chain_bytes: int = 0  # bytes of segments so far
-    compact_share: float = COMPACT_SHARE  # past this share of the base, save in full
-
-    @staticmethod
-    def from_base(path: Path, conv: Conversation, generation: int,
-                  compact_share: float = COMPACT_SHARE) -> ChainHead:
-        """After a base save (or restore) of `conv` that was cut at arena `generation`."""
-        snap = read_snapshot(Path(path))
-        try:
-            digest = unpack_trailer(snap.mapping, snap.sections)
-            counters = snap.arrays()["ring_counters"]
-            return ChainHead(digest, snap.size, plane_specs(snap.identity, snap.sections), 0,
-                             digest, snap.header.clock, int(counters[REBASES]), generation,
-                             compact_share=compact_share)
-        finally:
-            with contextlib.suppress(BufferError):
-                snap.mapping.close()
 
 
-def compaction_reason(head: ChainHead | None, conv: Conversation) -> str | None:
-    """Why the next save must be a full one, or None if a segment can record it."""
+def chain_problem(head: ChainHead | None, conv: Conversation) -> str | None:
+    """Why no segment can record the state now (only a complete save can), or None."""
     if head is None:
         return "no base snapshot"
     if conv.arena.generation != head.generation:
         return "the arena was reset or restored since the base"
     if conv.ring.rebases != head.rebases:
         return "the ring rebased its positions since the base"
-    if head.chain_bytes > head.compact_share * head.base_bytes:
-        return f"the chain is {head.chain_bytes * 100 // head.base_bytes}% of its base"
     return None
+
+
+def compaction_reason(head: ChainHead | None, conv: Conversation,
+                      compact_share: float = COMPACT_SHARE) -> str | None:
+    """Why the next save should be a complete one, or None if it can be a segment: a
+    segment cannot record the change, or the chain has grown past `compact_share` of its
+    base (a restore reads every link; a complete save resets that, and the disk use)."""
+    problem = chain_problem(head, conv)
+    if problem is None and head.chain_bytes > compact_share * head.base_bytes:
+        return f"the chain is {head.chain_bytes * 100 // head.base_bytes}% of its base"
+    return problem
 
 
 @dataclass
@@ -137,7 +129,7 @@ def take_segment_cut(conv: Conversation, head: ChainHead, stream_id: str,
     """The next segment's cut (engine thread). Refuses, with compaction_reason's words, a
     state only a full save can record. `session`: the facts a base keeps in its identity
     (skipped_tokens, awaiting_reply), carried in the header."""
-    reason = compaction_reason(head, conv)
+    reason = chain_problem(head, conv)
     if reason is not None:
         raise SnapshotError(f"needs a full save: {reason}")
     ring, v = conv.ring, conv.arena.views().check()

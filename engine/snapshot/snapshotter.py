@@ -136,7 +136,8 @@ class Snapshotter:
 
     def next_save_kind(self) -> tuple[str, str | None]:
         """What the next save would write, and for FULL why."""
-        why = compaction_reason(self.head, self.conversation) if self.incremental else \
+        why = compaction_reason(self.head, self.conversation, self.compact_share) \
+            if self.incremental else \
             "incremental saves are off"
         return (FULL, why) if why is not None else (SEGMENT, None)
 
@@ -178,8 +179,7 @@ class Snapshotter:
         size, digest = write_cut(cut, self.path, self.progress)
         # Durable: from here on the base is this file, whatever happens to the old segments.
         self.head = ChainHead(digest, size, plane_specs(cut.identity, cut.sections), 0, digest,
-                              cut.clock, int(cut.counters[REBASES]), generation,
-                              compact_share=self.compact_share)
+                              cut.clock, int(cut.counters[REBASES]), generation)
         # They name the old base, so no restore would apply them; removing them is only
         # about disk space, and a failure leaves them to the next complete save.
         with contextlib.suppress(OSError):
