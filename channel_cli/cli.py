@@ -141,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(bench)
     bench.add_argument("--json", action="store_true", help="print one JSON object (default)")
     bench.add_argument("--quick", action="store_true", help="fewer repeats, for smoke tests")
+    bench.add_argument("--snapshots", action="store_true",
+                       help="only the snapshot and snapshot-chain figures")
     bench.set_defaults(handler=commands.bench)
 
     # `channel sessions ...` (issue 30, item 3): its parser and work in sessions_command.py;

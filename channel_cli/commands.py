@@ -319,6 +319,7 @@ def bench(args: argparse.Namespace) -> int:
     from engine.tools.bench import run_benchmarks
 
     result = run_benchmarks(opt(args, "model"), cache_dir(args), quick=args.quick,
-                            scratch_dir=data_dir(args), backend=pick_backend(args).backend)
+                            scratch_dir=data_dir(args), backend=pick_backend(args).backend,
+                            only_snapshots=args.snapshots)
     print(json.dumps(result))
     return 0

@@ -87,17 +87,26 @@ class HalfKeyNumpy(NumpyBackend):
     key_dtype = np.dtype(np.float16)
 
 
+@pytest.mark.parametrize("segments", [0, 3])
 @pytest.mark.parametrize("direction", ["f16->f32", "f32->f16"])
-def test_keys_convert_on_restore(tiny_model, tmp_path, direction) -> None:
+def test_keys_convert_on_restore(tiny_model, tmp_path, direction, segments) -> None:
+    """Through a chain too: its base rows, gathered past evictions, and its segments' rows."""
     backends = (HalfKeyNumpy(), NumpyBackend())
     source_backend, target_backend = backends if direction == "f16->f32" else backends[::-1]
     source = Conversation(tiny_model, POLICY, backend=source_backend)
     source.ingest(PROMPT)
-    path = Snapshotter(source, tmp_path / "h.snapshot.bin").save("").path
+    saver = Snapshotter(source, tmp_path / "h.snapshot.bin", compact_share=float("inf"))
+    path = saver.save("").path
+    for i in range(segments):  # 24 tokens a segment: the 64-slot ring evicts
+        source.ingest([(7 * i + t) % 250 + 3 for t in range(24)])
+        assert saver.save("").kind == "segment"
+    assert source.ring.evicted > 0 or not segments
     codes = (2, 1) if direction == "f16->f32" else (1, 1)
     assert tuple(path.read_bytes()[CODES_AT : CODES_AT + 2]) == codes
     target = Conversation(tiny_model, POLICY, backend=target_backend)
-    n = restore(target, path).n_active
+    report = restore(target, path)
+    n = report.n_active
+    assert report.segments == segments and n == source.ring.n_active
     a, b = source.arena.views(), target.arena.views()
     np.testing.assert_array_equal(a.k_cache[:, :n].astype(b.k_cache.dtype), b.k_cache[:, :n])
     np.testing.assert_array_equal(a.v_cache[:, :n], b.v_cache[:, :n])

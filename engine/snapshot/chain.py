@@ -22,7 +22,7 @@ from ..fileio import describe_os_error
 from .chain_walk import ParsedSegment, _Walk, walk_chain
 from .format import SnapshotCorruptError, array_at
 from .identity import WINDOW_PLANES
-from .restore import _close, check_compatible, copy_base_into, read_snapshot
+from .restore import ParsedSnapshot, _close, check_compatible, copy_base_into, read_snapshot
 from .segment import ChainHead, chain_dir
 
 
@@ -60,8 +60,10 @@ def restore(conv: Conversation, base: Path,
                 f"stream anchor {snap.header.stream_id or '(none)'} is not in the stream")
         chain = walk_chain(snap, conv.model.config.context_length, known_ids)
         t1 = time.perf_counter()
-        copy_base_into(snap, conv)
-        _apply(conv, chain.segments, chain.end, chain.planes)
+        # With segments, the base's K/V rows go straight to where the chain's end keeps
+        # them (_apply), so every row is copied once.
+        copy_base_into(snap, conv, kv=not chain.segments)
+        _apply(conv, snap, chain.segments, chain.end, chain.planes)
         t2 = time.perf_counter()
         session = dict(snap.identity.get("session", {}))
         last = chain.segments[-1].header if chain.segments else None
@@ -82,28 +84,29 @@ def restore(conv: Conversation, base: Path,
             chain.close()
 
 
-def _apply(conv: Conversation, segments: list[ParsedSegment], walk: _Walk, planes) -> None:
-    """Copy the chain's end state into an arena that holds the base's (after copy_base_into)."""
+def _apply(conv: Conversation, snap: ParsedSnapshot, segments: list[ParsedSegment],
+           walk: _Walk, planes) -> None:
+    """Copy the chain's end state into the arena: K/V rows from the base or the segment
+    that holds each, then the last segment's metadata, then the planes segment by segment.
+    The arena holds the base's metadata and planes already (copy_base_into, kv=False)."""
     if not segments:
         return
     v, last = conv.arena.views(), segments[-1]
     n = last.header.n_active
-    # Base rows surviving to the end form a prefix, in clock order and slid down only
-    # (eviction compacts toward slot 0), so a gather from the arena itself is enough.
+    # Base rows surviving to the end form a prefix, in clock order (eviction compacts toward
+    # slot 0); each segment's survivors are one contiguous run of slots after them (a
+    # segment's rows are stamped after everything it kept).
     from_base = int(np.count_nonzero(walk.source == -1))
-    src = walk.row[:from_base]
-    moved = bool(from_base) and not np.array_equal(src, np.arange(from_base))
-    # Each segment's survivors are one contiguous run of slots: a segment's rows are stamped
-    # after everything it kept, and a later segment keeps only rows older than its own.
-    runs = [(seg, np.flatnonzero(walk.source == index)) for index, seg in enumerate(segments)]
-    runs = [(seg, dest[0], dest[-1] + 1, walk.row[dest]) for seg, dest in runs if dest.size]
+    runs = [(None, 0, from_base, walk.row[:from_base])] if from_base else []
+    for index, seg in enumerate(segments):
+        dest = np.flatnonzero(walk.source == index)
+        if dest.size:
+            runs.append((seg, int(dest[0]), int(dest[-1]) + 1, walk.row[dest]))
     for layer in range(v.k_cache.shape[0]):
-        if moved:  # fancy indexing copies first, so the overlapping move is safe
-            v.k_cache[layer, :from_base] = v.k_cache[layer, src]
-            v.v_cache[layer, :from_base] = v.v_cache[layer, src]
-        for seg, start, end, rows in runs:  # f16 <-> f32 converted by the copy if need be
-            np.copyto(v.k_cache[layer, start:end], seg.rows("k", layer)[rows])
-            np.copyto(v.v_cache[layer, start:end], seg.rows("v", layer)[rows])
+        for seg, start, end, rows in runs:
+            for kind, target in (("k", v.k_cache), ("v", v.v_cache)):
+                source = snap.slab(kind, layer) if seg is None else seg.rows(kind, layer)
+                _gather(source, rows, target[layer, start:end])
     for name in ("slot_clock", "slot_pos", "slot_active", "slot_salience"):
         target = getattr(v, name)
         np.copyto(target[:n], last.array(name))
@@ -124,6 +127,18 @@ def _apply(conv: Conversation, segments: list[ParsedSegment], walk: _Walk, plane
     views = conv.arena.invalidate()
     conv.sampler.load_state(views)
     conv.last_logits = None
+
+
+def _gather(source: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
+    """out[:] = source[rows], without a temporary where it can: a run of rows is a slice,
+    and a gather into the same element type goes straight to `out` (f16 <-> f32 is
+    converted by the copy)."""
+    if rows.size and rows[-1] - rows[0] + 1 == rows.size:
+        np.copyto(out, source[rows[0]:rows[-1] + 1])
+    elif source.dtype == out.dtype:
+        np.take(source, rows, axis=0, out=out, mode="clip")  # "raise" would buffer
+    else:
+        np.copyto(out, source[rows])
 
 
 def set_aside(base: Path, names: list[str]) -> str:

@@ -87,7 +87,8 @@ def read_segment(path: Path, planes) -> ParsedSegment:
         size = os.fstat(fd).st_size
         if size == 0:
             raise SegmentTruncatedError("truncated at byte 0 (empty file)")
-        mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)  # read whole below
+        mapping = mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ)
     except OSError as exc:
         raise SegmentTruncatedError(f"cannot be read: {describe_os_error(exc)}") from None
     finally:

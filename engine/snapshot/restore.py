@@ -190,8 +190,9 @@ def _check_invariants(snap: ParsedSnapshot, context_length: int) -> None:
             raise SnapshotCorruptError(f"stream anchor {h.stream_id!r} is not a ULID") from None
 
 
-def copy_base_into(snap: ParsedSnapshot, conv: Conversation) -> None:
-    """Make a validated snapshot the conversation's state (chain.py applies segments after)."""
+def copy_base_into(snap: ParsedSnapshot, conv: Conversation, kv: bool = True) -> None:
+    """Make a validated snapshot the conversation's state (chain.py applies segments after;
+    with kv=False it places the K/V rows itself)."""
     v = conv.arena.views()
     n = snap.sections.n_active
     for name, source in snap.arrays().items():
@@ -201,7 +202,7 @@ def copy_base_into(snap: ParsedSnapshot, conv: Conversation) -> None:
             target[n:] = 0
     # Slabs in another element type than this backend keeps (f16 keys from ggml, f32 from
     # numpy) are converted by the copy: f16 to f32 exactly, f32 to f16 rounded to nearest.
-    for layer in range(snap.sections.n_layers):
+    for layer in range(snap.sections.n_layers if kv else 0):
         np.copyto(v.k_cache[layer, :n], snap.slab("k", layer))
         np.copyto(v.v_cache[layer, :n], snap.slab("v", layer))
     offset = snap.sections.planes

@@ -24,6 +24,7 @@ from ..backends.base import Backend
 from ..backends.numpy.backend import NumpyBackend
 from ..conversation import Conversation
 from ..model.model import Model, load_model
+from .bench_chain import run_chain_benchmarks
 from .bench_policy import bench_policy_bookkeeping
 from .bench_replay import bench_replay
 from .bench_snapshot import run_snapshot_benchmarks
@@ -114,13 +115,24 @@ def bench_allocations(model: Model, backend: Backend) -> dict:
 
 
 def run_benchmarks(model_path: Path | None, cache_dir: Path, quick: bool = False,
-                   scratch_dir: Path | None = None, backend: Backend | None = None) -> dict:
+                   scratch_dir: Path | None = None, backend: Backend | None = None,
+                   only_snapshots: bool = False) -> dict:
     """All figures in one JSON-ready dict. `scratch_dir` is where snapshot files are written
-    (the data directory's disk, so that disk figures describe it)."""
+    (the data directory's disk, so that disk figures describe it). `only_snapshots`: the
+    snapshot and chain figures alone."""
     repeat = 1 if quick else 3
     backend = backend or NumpyBackend()
     f32 = backend.needs_f32_weights
     result: dict = {"backend": backend.name, "quick": quick}
+    scratch = Path(scratch_dir) if scratch_dir else Path(tempfile.gettempdir())
+    scratch.mkdir(parents=True, exist_ok=True)
+    context = 800 if quick else 4000
+    if only_snapshots:
+        model = load_model(model_path, cache_dir, f32_weights=f32)
+        result["model"] = model.name
+        result.update(run_snapshot_benchmarks(model, scratch, repeat, context, backend))
+        result.update(run_chain_benchmarks(model, scratch, repeat, context, backend))
+        return result
 
     with tempfile.TemporaryDirectory(prefix="channel-bench-") as scratch:
         t0 = time.perf_counter()
@@ -159,10 +171,8 @@ def run_benchmarks(model_path: Path | None, cache_dir: Path, quick: bool = False
     # Resident memory with the model and one 4096-slot conversation (the ones the benchmarks
     # above made are gone); the snapshot benchmarks below hold several at once.
     result["rss_mb"] = round(rss_mb()[0], 1)
-    scratch = Path(scratch_dir) if scratch_dir else Path(tempfile.gettempdir())
-    scratch.mkdir(parents=True, exist_ok=True)
-    result.update(run_snapshot_benchmarks(model, scratch, repeat, 800 if quick else 4000,
-                                          backend))
+    result.update(run_snapshot_benchmarks(model, scratch, repeat, context, backend))
+    result.update(run_chain_benchmarks(model, scratch, repeat, context, backend))
     result["rss_peak_mb"] = round(rss_mb()[1], 1)
     result["backend_info"] = backend.describe()  # after the runs: what it loaded and learned
     result["machine"] = {

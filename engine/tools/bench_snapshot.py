@@ -100,6 +100,7 @@ def run_snapshot_benchmarks(model: Model, scratch: Path, repeat: int, context: i
         while cold.conversation.ring.n_active < policy.max_slots:
             forward.decode_one_token(200)
         saves = []
+        cold.snapshots.incremental = False  # complete saves here; bench_chain.py compares
         for _ in range(repeat):
             cold.snapshots.last_clock = None  # step past the zero-delta gate: same state again
             result = cold.save()
