@@ -17,17 +17,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from ..snapshot.chain import restore, set_aside
+from ..snapshot.chain import set_aside
 from ..snapshot.format import SnapshotError
+from ..snapshot.segment import drop_segments_after
+from .links import StreamOrderError, first_index, newest_link, split_at_anchor
 from .replay import ReplayProgress, replay, ring_order, taken_in, withdrawn_ids
 from .stream import StreamEvent, StreamRead
 
 if TYPE_CHECKING:
     from .session import Session
-
-
-class StreamOrderError(ValueError):
-    """The stream's ids make the snapshot's anchor ambiguous: a warm boot could diverge."""
 
 
 @dataclass
@@ -84,20 +82,23 @@ def cold(session: Session, events: list[StreamEvent], reason: str,
 
 
 def warm(session: Session, read: StreamRead, progress: ReplayProgress | None) -> BootReport:
-    """Restore the snapshot, then replay the events after its anchor. SnapshotError leaves
-    the state untouched; StreamOrderError comes after the restore (rebuild cold then)."""
+    """Restore the newest saved state the stream agrees with (links.py), then replay the
+    events after its anchor. SnapshotError and StreamOrderError leave the state untouched."""
     events = read.events
-    first: dict[str, int] = {}
-    for i, event in enumerate(events):
-        first.setdefault(event.id, i)
     snapshots = session.snapshots
-    report = restore(session.conversation, snapshots.path, known_ids=first.keys())
-    snapshots.head = report.head  # the next save extends the chain from its valid prefix
+    choice = newest_link(session, read)
+    report = choice.report
+    if choice.archived:  # the live chain holds only what the stream took back
+        snapshots.head = None  # the next save is a complete one
+    else:
+        if report.passed_over:  # links holding what the stream took back: the chain
+            drop_segments_after(snapshots.chain_dir, report.head.seq)  # goes on from here
+        snapshots.head = report.head
     warnings = []
     if report.stopped:
         warnings.append(f"snapshot chain stopped at {report.stopped}; the stream replays "
                         f"the rest; {set_aside(snapshots.path, report.ignored)}")
-    held, after = _split_at_anchor(read, first[report.stream_id])
+    held, after = split_at_anchor(read, first_index(events)[report.stream_id])
     withdrawn = withdrawn_ids(events)
     snapshots.last_clock = report.clock
     session.transcript.reset_to(taken_in(held, withdrawn),
@@ -130,23 +131,3 @@ def _set_aside(session: Session) -> str:
     except OSError as exc:
         return f"could not be set aside ({exc.strerror})"
     return f"kept as {aside.name}"
-
-
-def _split_at_anchor(read: StreamRead, anchor: int) -> tuple[list[StreamEvent],
-                                                              list[StreamEvent]]:
-    """The events a snapshot anchored at events[anchor] holds, and those it does not, in
-    ring order (replay.ring_order: the snapshot holds a prefix of that order, not of the
-    stream, when replies came after later questions). StreamOrderError where the stream
-    makes the anchor ambiguous: an id after it that repeats or goes back, or a later line
-    withdrawing a message the snapshot holds."""
-    late = [why for i, why in sorted(read.disorder.items()) if i > anchor]
-    if late:
-        raise StreamOrderError(f"{late[0]}, after the snapshot's anchor")
-    order = ring_order(read.events)
-    cut = next(i for i, e in enumerate(order) if e is read.events[anchor]) + 1
-    held, after = order[:cut], order[cut:]
-    ids = {e.id for e in held}
-    for event in after:
-        if withdrawn_ids([event]) & ids:
-            raise StreamOrderError(f"event {event.id} withdraws a message the snapshot holds")
-    return held, after

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,30 +26,43 @@ from .restore import ParsedSnapshot, _close, check_compatible, copy_base_into, r
 from .segment import ChainHead, chain_dir
 
 
+class LinkRefusedError(ValueError):
+    """Every link of a valid chain was refused by the caller (restore's `refuse`): each
+    holds a state the stream has since taken back. Nothing is wrong with the files."""
+
+
 @dataclass
 class ChainReport:
     clock: int
     n_active: int
     stream_id: str  # the anchor: the last stream event the restored state includes
-    session: dict  # the base identity's session facts, updated by the last segment
+    session: dict  # the base identity's session facts, updated by the last segment applied
     segments: int  # applied
     bytes: int  # base + applied segments
     stopped: str | None  # "000004.seg: checksum mismatch", or None: the whole chain
-    head: ChainHead
+    head: ChainHead  # the restored link: the next save extends the chain from it
     validate_ms: float
     copy_ms: float
     ignored: list[str] = field(default_factory=list)  # segment files past the valid prefix
+    # Valid segments after the restored link that the caller refused: they hold states the
+    # stream took back. The caller drops them (segment.drop_segments_after) before it saves.
+    passed_over: int = 0
 
     @property
     def restore_ms(self) -> float:
         return self.validate_ms + self.copy_ms
 
 
-def restore(conv: Conversation, base: Path,
-            known_ids: Collection[str] | None = None) -> ChainReport:
+Refusal = Callable[[str], "str | None"]  # a link's stream anchor -> why not, or None
+
+
+def restore(conv: Conversation, base: Path, known_ids: Collection[str] | None = None,
+            refuse: Refusal | None = None, apply: bool = True) -> ChainReport:
     """Validate base + segments, then make the longest valid prefix the conversation's
-    state. Raises SnapshotError (conversation untouched) only if the base is unusable. With
-    `known_ids`, every link's stream anchor must be one of them."""
+    state; with `refuse`, the newest link of that prefix it does not refuse. Raises
+    SnapshotError (conversation untouched) if the base is unusable, LinkRefusedError if
+    every link is refused. With `known_ids`, every link's anchor must be one of them.
+    apply=False: only say what a restore would do (a rewind's plan)."""
     t0 = time.perf_counter()
     snap = read_snapshot(Path(base))
     chain = None
@@ -59,25 +72,30 @@ def restore(conv: Conversation, base: Path,
             raise SnapshotCorruptError(
                 f"stream anchor {snap.header.stream_id or '(none)'} is not in the stream")
         chain = walk_chain(snap, conv.model.config.context_length, known_ids)
+        k = len(chain.segments)
+        while refuse is not None and (why := refuse(chain.anchors[k])) is not None:
+            if k == 0:
+                raise LinkRefusedError(why)
+            k -= 1
+        segments, end = chain.segments[:k], chain.ends[k]
         t1 = time.perf_counter()
-        # With segments, the base's K/V rows go straight to where the chain's end keeps
-        # them (_apply), so every row is copied once.
-        copy_base_into(snap, conv, kv=not chain.segments)
-        _apply(conv, snap, chain.segments, chain.end, chain.planes)
+        if apply:  # with segments, the base's K/V rows go straight to where the chain's
+            copy_base_into(snap, conv, kv=not segments)  # end keeps them: copied once
+            _apply(conv, snap, segments, end, chain.planes)
         t2 = time.perf_counter()
         session = dict(snap.identity.get("session", {}))
-        last = chain.segments[-1].header if chain.segments else None
+        last = segments[-1].header if segments else None
         if last is not None:
             session.update(skipped_tokens=last.skipped_tokens,
                            awaiting_reply=last.awaiting_reply)
-        end = chain.end
+        chain_bytes = sum(g.header.size for g in segments)
+        passed_over = len(chain.segments) - k
         head = ChainHead(chain.base_digest, snap.size, chain.planes, end.seq, end.digest,
-                         end.clock, chain.rebases, conv.arena.generation,
-                         sum(g.header.size for g in chain.segments))
-        return ChainReport(end.clock, len(end.slot_clock),
-                           last.stream_id if last else snap.header.stream_id, session,
-                           len(chain.segments), snap.size + head.chain_bytes, chain.stopped,
-                           head, (t1 - t0) * 1e3, (t2 - t1) * 1e3, chain.ignored)
+                         end.clock, chain.rebases, conv.arena.generation, chain_bytes,
+                         chain.base_anchor)
+        return ChainReport(end.clock, len(end.slot_clock), chain.anchors[k], session,
+                           len(segments), snap.size + chain_bytes, chain.stopped, head,
+                           (t1 - t0) * 1e3, (t2 - t1) * 1e3, chain.ignored, passed_over)
     finally:
         _close(snap.mapping)
         if chain is not None:

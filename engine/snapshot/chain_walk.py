@@ -193,12 +193,18 @@ class ChainWalk:
     them with close()), where the walk stopped and why, and the state they lead to."""
 
     base_digest: bytes
+    base_anchor: str  # the base's stream anchor
     planes: tuple[PlaneSpec, ...]  # the base's layer planes, in file order
     rebases: int  # the base's; every segment has the same
     segments: list[ParsedSegment]
-    end: _Walk  # the state after the last valid segment
+    ends: list[_Walk]  # the state after the base (0) and after each valid segment (1..)
     stopped: str | None  # "000004.seg: checksum mismatch", or None: every segment is valid
     names: list[str]  # every NNNNNN.seg file, valid or not, in order
+
+    @property
+    def anchors(self) -> list[str]:
+        """Each link's stream anchor: the base's, then each valid segment's."""
+        return [self.base_anchor] + [seg.header.stream_id for seg in self.segments]
 
     @property
     def ignored(self) -> list[str]:
@@ -224,7 +230,7 @@ def walk_chain(snap: ParsedSnapshot, context_length: int,
     window = next((p.shape[1] for p in planes if p.name in WINDOW_PLANES), 0)
     directory = chain_dir(snap.path)
     names = segment_names(directory)
-    chain = ChainWalk(digest, planes, rebases, [], walk, None, names)
+    chain = ChainWalk(digest, snap.header.stream_id, planes, rebases, [], [walk], None, names)
     for name in names:
         try:
             seg = read_segment(directory / name, planes)
@@ -232,14 +238,14 @@ def walk_chain(snap: ParsedSnapshot, context_length: int,
             chain.stopped = f"{name}: {exc}"
             break
         try:
-            first_dirty = _check_link(seg, chain.end, digest, rebases, codes, window,
+            first_dirty = _check_link(seg, chain.ends[-1], digest, rebases, codes, window,
                                       context_length, known_ids)
         except SegmentError as exc:
             _close(seg.mapping)
             chain.stopped = f"{name}: {exc}"
             break
         chain.segments.append(seg)
-        chain.end = _advance(chain.end, seg, first_dirty, len(chain.segments) - 1)
+        chain.ends.append(_advance(chain.ends[-1], seg, first_dirty, len(chain.segments) - 1))
     return chain
 
 

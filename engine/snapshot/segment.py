@@ -53,6 +53,18 @@ def segment_path(directory: Path, seq: int) -> Path:
     return directory / f"{seq:06d}.seg"
 
 
+def drop_segments_after(directory: Path, seq: int) -> int:
+    """Unlink the segments after `seq` (valid, but holding states the stream took back), so
+    that the chain goes on from `seq`; how many went."""
+    names = [e.name for e in os.scandir(directory)
+             if e.name.endswith(".seg") and e.name[:-4].isdigit() and int(e.name[:-4]) > seq]
+    for name in names:
+        (directory / name).unlink(missing_ok=True)
+    if names:
+        fsync_directory(directory)
+    return len(names)
+
+
 def remove_segments(directory: Path) -> int:
     """After a complete save: unlink every segment and unfinished segment in `directory`,
     then make that durable. Files set aside by a restore (`.rejected-*`) are kept. Returns
@@ -83,6 +95,7 @@ class ChainHead:
     rebases: int  # the ring's rebase count at the base; a segment needs the same
     generation: int  # the arena generation the last link was cut from (or restored into)
     chain_bytes: int = 0  # bytes of segments so far
+    base_anchor: str = ""  # the base's stream anchor (it names the base once archived)
 
 
 def chain_problem(head: ChainHead | None, conv: Conversation) -> str | None:

@@ -26,6 +26,7 @@ from ..conversation import Conversation
 from ..errors import UnusableFileError
 from ..fileio import describe_os_error
 from ..state.arena import REBASES
+from .archive import KEEP_BYTES, KEEP_LINKS, archive_generation, move_segments, prune
 from .identity import plane_specs
 from .segment import (
     COMPACT_SHARE,
@@ -83,6 +84,10 @@ class Snapshotter:
     head: ChainHead | None = None
     incremental: bool = True
     compact_share: float = COMPACT_SHARE
+    # Earlier generations kept for warm rewinds (archive.py): about one link a turn.
+    keep_links: int = KEEP_LINKS
+    keep_bytes: int = KEEP_BYTES
+    prune_problem: str | None = None  # the last complete save's, if pruning failed
     _thread: threading.Thread | None = field(default=None, repr=False)
     _result: SaveResult | None = field(default=None, repr=False)
 
@@ -176,14 +181,22 @@ class Snapshotter:
         return SaveResult(SnapshotStatus.SAVED, self.path, clock, kind=kind, why_full=why)
 
     def _write_full(self, cut: Cut, generation: int) -> int:
+        old = self.head if self.keep_links > 1 and self.path.exists() else None
+        archived = archive_generation(self.path, old.base_anchor, old.base_digest) \
+            if old is not None else None
         size, digest = write_cut(cut, self.path, self.progress)
         # Durable: from here on the base is this file, whatever happens to the old segments.
         self.head = ChainHead(digest, size, plane_specs(cut.identity, cut.sections), 0, digest,
-                              cut.clock, int(cut.counters[REBASES]), generation)
-        # They name the old base, so no restore would apply them; removing them is only
-        # about disk space, and a failure leaves them to the next complete save.
+                              cut.clock, int(cut.counters[REBASES]), generation,
+                              base_anchor=cut.header.stream_id)
+        # They name the old base, so the new chain would never apply them: they go beside
+        # their archived base, or away. A failure costs disk space only (the next complete
+        # save tries again) or, for an archive, the earlier turns' warm rewinds.
         with contextlib.suppress(OSError):
+            if archived is not None:
+                move_segments(self.path, archived)
             remove_segments(self.chain_dir)
+        self.prune_problem = prune(self.path, 1, self.keep_links, self.keep_bytes)
         return size
 
     def _write_segment(self, cut: SegmentCut, generation: int) -> int:
