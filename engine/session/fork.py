@@ -25,9 +25,12 @@ from ulid import ULID
 from ..errors import ChannelError, UnusableFileError
 from ..fileio import create_exclusive, open_regular
 from ..paths import SessionFiles, check_session_name
+from ..snapshot.archive import generations
 from ..snapshot.chain_walk import segment_names
+from ..snapshot.segment import chain_dir
 from .owner import acquire_session
-from .replay import FORKED_FROM, is_marker
+from .replay import FORKED_FROM, RETRACTS, is_marker
+from .rewind import later_turns
 from .stream import StreamEvent, StreamLog, _now
 
 COPY_CHUNK = 1 << 20
@@ -46,13 +49,18 @@ class ForkReport:
     snapshot_bytes: int  # 0 when the source had no snapshot (the fork then boots cold)
     last_event_id: str | None
     system_changed: bool = False  # it starts from another system prompt, and boots cold
+    turn: int | None = None  # it continues from this turn of the source (rewind.py)
 
 
 def fork_session(data_dir: Path, source: str, name: str, system: str | None = None,
-                 check_system: Callable[[str], None] | None = None) -> ForkReport:
+                 check_system: Callable[[str], None] | None = None,
+                 turn: int | None = None) -> ForkReport:
     """Create session `name` from `source`'s stream and snapshot; ValueError if `name`
     exists or `source` does not. With `system`, the fork's conversation runs under that
-    system prompt instead (checked first by `check_system`, the model template's check)."""
+    system prompt instead (checked first by `check_system`, the model template's check).
+    With `turn`, it continues from the end of that turn: the later ones are retracted in
+    its stream, and its first open restores the newest state saved by then (the source's
+    earlier snapshot generations come along as hard links: no bytes copied)."""
     check_session_name(source)
     check_session_name(name)
     if source == name:
@@ -74,6 +82,12 @@ def fork_session(data_dir: Path, source: str, name: str, system: str | None = No
     marker = StreamEvent(str(marker_id), "system", "", _now(),
                          {FORKED_FROM: {"session": source, "event": events[-1].id}})
     lines = [marker.to_json()] + [event.to_json() for event in events]
+    if turn is not None:
+        retracted, _ = later_turns(events, turn)
+        if retracted:  # after every id of the copied lines, as an append gives it
+            lines.append(StreamEvent(
+                str(ULID.from_int(int(ULID.from_str(events[-1].id)) + 1)), "assistant", "",
+                _now(), {"tokens": [], "stop": "retracted", RETRACTS: retracted}).to_json())
     failed = f"cannot fork {source!r} as {name!r}"
     if (unwritable := _unwritable(data_dir)) is not None:  # in words, not "[Errno 30] ..."
         raise ForkError(f"{failed}: {unwritable}")
@@ -82,8 +96,9 @@ def fork_session(data_dir: Path, source: str, name: str, system: str | None = No
     except UnusableFileError as exc:
         raise ForkError(f"{failed}: {exc}") from None
     with owner:
-        report = _write_fork(src, new, lines, failed, data_dir, events, not system_changed)
-    return replace(report, system_changed=system_changed)
+        report = _write_fork(src, new, lines, failed, data_dir, events, not system_changed,
+                             archives=turn is not None)
+    return replace(report, system_changed=system_changed, turn=turn)
 
 
 def system_prompt(events: list[StreamEvent]) -> str | None:
@@ -105,7 +120,8 @@ def with_system_prompt(events: list[StreamEvent], system: str) -> list[StreamEve
 
 
 def _write_fork(src: SessionFiles, new: SessionFiles, lines: list[str], failed: str,
-                data_dir: Path, events: list[StreamEvent], copy_snapshot: bool) -> ForkReport:
+                data_dir: Path, events: list[StreamEvent], copy_snapshot: bool,
+                archives: bool = False) -> ForkReport:
     """Write the fork's files (the model record and snapshot first, the stream last: a
     session without its stream does not exist); on failure, none is left behind."""
     _check_new(new)  # again, now that no one else may create it
@@ -122,6 +138,8 @@ def _write_fork(src: SessionFiles, new: SessionFiles, lines: list[str], failed: 
         if copy_snapshot and os.path.lexists(src.snapshot):
             snapshot_bytes = _copy_file(src.snapshot, new.snapshot)
             snapshot_bytes += _copy_segments(src.snapshot_chain, new.snapshot_chain)
+            if archives:
+                _link_archives(src.snapshot, new.snapshot)
         _write_new(new.stream, ("\n".join(lines) + "\n").encode("utf-8"))
     except BaseException as exc:
         # None of these existed before (checked), nor did the settings if we copied them.
@@ -164,6 +182,22 @@ def _why(exc: OSError, data_dir: Path) -> str:
         return f"no space left for it in {data_dir}"
     where = f" ({exc.filename})" if exc.filename else ""
     return f"{exc.strerror or exc}{where}"
+
+
+def _link_archives(source: Path, target: Path) -> None:
+    """Hard-link the source's earlier snapshot generations into the fork's chain directory
+    (files that are never written again once renamed into place). One that cannot be
+    linked is left out: the fork then replays from an older state, or the stream."""
+    for gen in generations(source):
+        archived = chain_dir(target) / gen.base.name
+        try:
+            chain_dir(target).mkdir(mode=0o700, exist_ok=True)
+            chain_dir(archived).mkdir(mode=0o700)
+            for name in segment_names(chain_dir(gen.base)):
+                os.link(chain_dir(gen.base) / name, chain_dir(archived) / name)
+            os.link(gen.base, archived)  # last: a generation exists once its base does
+        except OSError:
+            shutil.rmtree(chain_dir(archived), ignore_errors=True)
 
 
 def _copy_segments(source: Path, target: Path) -> int:
