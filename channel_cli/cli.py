@@ -118,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     fork.add_argument("new", help="the new session's name")
     fork.add_argument("--system", default=None, metavar="TEXT",
                       help="start the fork from this system prompt (it replays, cold)")
+    fork.add_argument("--turn", type=int, default=None, metavar="N",
+                      help="continue from the end of the source's turn N (0: the system "
+                           "prompt alone), warm where a saved state that old is kept")
     _add_common(fork)
     fork.set_defaults(handler=commands.fork)
 
@@ -147,11 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     # `channel sessions ...` (issue 30, item 3): its parser and work in sessions_command.py;
     # the app's preferences (the theme, the last session) are kept in --config-dir.
-    from channel_cli import sessions_command
+    from channel_cli import rewind_command, sessions_command
 
     parser.add_argument("--config-dir", type=Path, default=argparse.SUPPRESS,
                         help="where the app keeps preferences.json (default: the platform's)")
     sessions_command.register(sub)
+    rewind_command.register(sub, _add_common)
     return parser
 
 

@@ -299,11 +299,13 @@ def fork(args: argparse.Namespace) -> int:
     if _check_system_option(args):  # the fork's template must take it: the source's model
         use_session_model(args, args.source)
         check = backend_and_model(args)[1].template.check_system_prompt
-    report = fork_session(session_data_dir(args), args.source, args.new, args.system, check)
+    report = fork_session(session_data_dir(args), args.source, args.new, args.system, check,
+                          turn=args.turn)
     state = (f"snapshot {report.snapshot_bytes:,} bytes" if report.snapshot_bytes
              else "a new system prompt: it replays, cold" if report.system_changed
              else "no snapshot: it boots cold")
-    print(f"forked {report.source!r} as {report.name!r}: {report.events} events, {state}")
+    at = "" if report.turn is None else f" at turn {report.turn}"
+    print(f"forked {report.source!r}{at} as {report.name!r}: {report.events} events, {state}")
     return 0
 
 

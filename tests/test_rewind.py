@@ -7,10 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from channel_cli.cli import main
 from engine.paths import SessionFiles
 from engine.session.fork import fork_session
 from engine.session.rewind import plan_rewind, rewind, turn_ends
 from engine.session.session import Session
+from engine.session.stream import StreamLog
 from engine.snapshot.archive import generations
 from engine.state.ring_policy import RingPolicy
 
@@ -110,3 +112,48 @@ def test_fork_at_a_turn_boots_warm_there_and_leaves_the_source(tiny_model, tmp_p
     dst = generations(SessionFiles(tmp_path, "early").snapshot)
     assert dst and {g.base.name for g in dst} <= {g.base.name for g in src}
     assert dst[0].base.stat().st_nlink >= 2
+
+
+def test_the_engine_plans_then_rewinds_and_a_restart_is_warm_there(engine, tmp_path) -> None:
+    data = tmp_path / "data"
+    proc = engine(data_dir=data)
+    proc.request({"type": "open", "session": "s"}, "booted")
+    for i in range(4):
+        proc.request({"type": "turn", "session": "s", "text": f"note {i}", "max_tokens": 3},
+                     "end_of_turn")
+        proc.request({"type": "save", "session": "s"}, "snapshot")
+    plan = proc.request({"type": "rewind", "session": "s", "turn": 2, "dry_run": True},
+                        "rewind_plan")
+    assert (plan["turn"], plan["turns"], plan["kind"]) == (2, 4, "warm")
+    assert plan["text"].startswith("back to turn 2 of 4: restores the state kept in")
+    assert len(plan["retracted"]) == 4
+    bad = proc.request({"type": "rewind", "session": "s", "turn": 9}, "error")
+    assert "no turn 9 to go back to" in bad["message"]
+    done = proc.request({"type": "rewind", "session": "s", "turn": 2}, "rewound")
+    assert done["method"] == "warm" and done["retracted"] == plan["retracted"]
+    shown = [e for e in done["transcript"] if not e.get("hidden")]
+    assert [e["content"] for e in shown if e["role"] == "user"] == ["note 0", "note 1"]
+    proc.request({"type": "close", "session": "s"}, "closed")
+    again = engine(data_dir=data)
+    booted = again.request({"type": "open", "session": "s"}, "booted")
+    assert booted["kind"] == "warm" and booted["replayed_events"] == 0, booted
+
+
+def test_the_command_line_says_what_it_will_do_then_rewinds(capsys, tiny_model, tiny_gguf,
+                                                            tiny_cache, tmp_path) -> None:
+    saved_each_turn(tiny_model, tmp_path)[0].close()
+    common = ["--data-dir", str(tmp_path), "--cache-dir", str(tiny_cache), "--model",
+              str(tiny_gguf), "--backend", "numpy"]
+    assert main(["rewind", "s", "--turn", "3", "--dry-run", *common]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("back to turn 3 of 6: restores the state kept in ")
+    assert len(turn_ends(StreamLog(tmp_path / "s.stream.jsonl").read().events)) == TURNS
+    assert main(["rewind", "s", "--turn", "3", *common]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith(
+        "rewound 's' to turn 3: 6 message(s) retracted, rebuilt warm in ")
+    assert main(["rewind", "s", "--turn", "7", *common]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "channel: error: no turn 7 to go back to: the conversation has 3 turn(s), and "
+        "rewinding goes back to turns 0..2")
+    assert main(["fork", "s", "t", "--turn", "1", *common]) == 0
+    assert "forked 's' at turn 1 as 't'" in capsys.readouterr().out

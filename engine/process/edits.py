@@ -1,4 +1,5 @@
-"""Requests that edit a conversation's past: undo, regenerate, fork (docs/protocol.md).
+"""Requests that edit a conversation's past: undo, regenerate, rewind, fork
+(docs/protocol.md).
 
 A mixin of EngineServer, run on its compute thread. Undo and regenerate roll the ring back
 (engine/session/undo.py) and save the snapshot right after, so that the next start boots warm
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from ..session.alternatives import chosen_reply
 from ..session.fork import fork_session
+from ..session.rewind import RewindPlan, plan_rewind, rewind
 from ..session.undo import EditReport, undo
 from .runtime import transcript_fields
 
@@ -63,7 +65,32 @@ class TurnEdits:
         if system is not None:  # the template the fork will render it with must take it
             model = runtime.session.model if runtime else self.models.for_session(source)
             check = model.template.check_system_prompt
-        report = fork_session(self.data_dir, source, new, system, check)
+        report = fork_session(self.data_dir, source, new, system, check,
+                              turn=request.args.get("turn"))
         self.emit({"type": "forked", "req": request.id, "session": source, "new": new,
                    "events": report.events, "snapshot_bytes": report.snapshot_bytes,
-                   "system_changed": report.system_changed})
+                   "system_changed": report.system_changed, "turn": report.turn})
+
+    def _on_rewind(self: EngineServer, request: Request) -> None:
+        """dry_run: say what a rewind would do (warm or a replay) before the user confirms."""
+        runtime = self._runtime(request)
+        turn = request.args["turn"]
+        if request.args.get("dry_run"):
+            plan = plan_rewind(runtime.session, turn)
+            self.emit({"type": "rewind_plan", "req": request.id, "session": runtime.name,
+                       **plan_fields(plan)})
+            return
+        runtime.disarm_debounce()
+        report = rewind(runtime.session, turn)
+        self.emit({"type": "rewound", "req": request.id, "session": runtime.name,
+                   **plan_fields(report.plan), "method": report.kind,
+                   "ms": round(report.ms, 3),
+                   "transcript": transcript_fields(runtime.session)})
+        self._emit_ring(runtime, request.id)
+        self._save(runtime, request.id, wait=False)
+
+
+def plan_fields(plan: RewindPlan) -> dict:
+    return {"turn": plan.turn, "turns": plan.turns, "kind": plan.kind, "link": plan.link,
+            "replay_events": plan.replay_events, "retracted": plan.retracted,
+            "text": plan.describe()}

@@ -108,6 +108,23 @@ class Forked(Event, total=False):
     events: int
     snapshot_bytes: int
     system_changed: bool  # it starts from another system prompt: its first open replays
+    turn: int | None  # it continues from this turn of the source
+
+
+class RewindPlanned(Event, total=False):  # `rewind_plan`, and the first fields of `rewound`
+    turn: int  # the turn the session continues from (0: the system prompt alone)
+    turns: int  # the turns it has before the rewind
+    kind: str  # "warm": a kept state and a short replay; "replay": the whole stream again
+    link: str  # the kept state, in words; "" for a replay
+    replay_events: int
+    retracted: list[str]  # the ids taken back
+    text: str  # all of it in one line, for a confirmation
+
+
+class Rewound(RewindPlanned, total=False):
+    method: str  # what the rebuild did: "warm" or "cold"
+    ms: float
+    transcript: list[TranscriptEntry]
 
 
 class Models(Event, total=False):

@@ -76,6 +76,7 @@ class EngineServer(SessionOpening, TurnEdits, SnapshotRequests, StreamPolling):
             "regenerate": self._on_regenerate,
             "undo": self._on_undo,
             "fork": self._on_fork,
+            "rewind": self._on_rewind,
             "save": self._on_save,
             "restore": self._on_restore,
             "boot_compare": self._on_boot_compare,
