@@ -1,4 +1,4 @@
-"""Writing incremental snapshot segments (docs/snapshot-chain.md); chain.py reads them back.
+"""Writing incremental snapshot segments (docs/snapshot.md, "Chains"); chain.py reads them back.
 
 A segment records what changed since the last durable link of the chain (the base snapshot
 or the segment before): the K/V of the slots stamped after `dirty_from` (new tokens, and

@@ -1,4 +1,4 @@
-"""The byte layout of one chain segment (docs/snapshot-chain.md): what changed in a
+"""The byte layout of one chain segment (docs/snapshot.md, "Chains"): what changed in a
 conversation's state since the link before it. No I/O policy here (segment.py writes,
 chain.py reads, validates and applies).
 
