@@ -1,7 +1,7 @@
 """Snapshot chain benchmarks (docs/snapshot.md, "Chains"): what a save after a short turn on
 a full ring writes, complete against incremental, measured as the bytes this process sent to
-storage (/proc/self/io), not only the files' sizes; and a warm boot from a base plus 50
-segments."""
+storage (/proc/self/io), not only the files' sizes; a warm boot from a base plus 50
+segments; and rewinds 10 and 50 turns back."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from ..model.model import Model
+from ..session.rewind import rewind, turn_ends
 from ..session.session import Session
 from ..state.ring_policy import RingPolicy
 from ..state.sampler import SamplingSettings
@@ -91,4 +92,12 @@ def run_chain_benchmarks(model: Model, scratch: Path, repeat: int, context: int,
         out["chain_bytes"] = report.snapshot_bytes
         out["chain_restore_ms"] = round(statistics.median(restores), 2)
         out["chain_warm_boot_ms"] = round(statistics.median(boots), 2)
+
+        # Rewind, in the last process's session: 10 turns back, then to 50 back from the
+        # end (each a link of the chain: restored warm, nothing re-read).
+        turns = len(turn_ends(warm.stream.read().events))
+        for back in (10, CHAIN_SEGMENTS):
+            done = rewind(warm, turns - back)
+            assert done.kind == "warm" and done.plan.replay_events == 0, done.plan
+            out[f"rewind_{back}_turns_back_ms"] = round(done.ms, 2)
     return out
