@@ -161,12 +161,20 @@ def main(argv: list[str] | None = None) -> int:
     from .process.reader import read_requests
     from .process.server import EngineServer
     from .process.session_models import SessionModels
+    from .snapshot.snapshotter import ChainSettings
 
     def load_another(path: Path):  # a session's recorded model, or one `open` names
         return load_placed(placement, path, cache_dir, progress)
 
     models = SessionModels(model, data_dir, load_another, default_roots(os.environ, Path.home()))
-    server = EngineServer(model, data_dir, emit, args.debounce_s, placement, limits, models)
+    if args.keep_turns < 1 or not args.compact_share > 0:
+        message = (f"--keep-turns must be at least 1 (got {args.keep_turns}) and "
+                   f"--compact-share above 0 (got {args.compact_share})")
+        emit({"type": "error", "code": "fatal", "fatal": True, "message": message})
+        return 2
+    chain = ChainSettings(args.keep_turns, args.compact_share)
+    server = EngineServer(model, data_dir, emit, args.debounce_s, placement, limits, models,
+                          chain)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda n, _f: server.request_shutdown(signal.Signals(n).name))
 

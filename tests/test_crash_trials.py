@@ -3,8 +3,9 @@
 Each trial does one thing to a live engine (a turn, a long prompt, a save, an autosave, an
 open, or another program's send), kills it with SIGKILL at a random moment of it, starts a
 new engine and opens the session again. Every trial checks:
-- the snapshot on disk, if any, validates (a kill mid-write leaves the old one, never a
-  torn one);
+- the snapshot on disk, if any, validates, and so does every segment of its chain (a kill
+  mid-write leaves the old file, or an unfinished `.tmp`, never a torn one; segments a kill
+  between a complete save's steps leaves behind name the old base, which is not damage);
 - the boot is warm, or cold with its reason;
 - no acknowledged message is lost: every message whose `turn_started` arrived (the engine
   acknowledges it once it is fsynced), and every line another program appended, is in the
@@ -34,8 +35,7 @@ from engine.model.model import load_model
 from engine.process.client import EngineProcess, spawn
 from engine.session.stream import StreamLog
 from engine.session.verify import verify_session
-from engine.snapshot.format import SnapshotError
-from engine.snapshot.restore import read_snapshot
+from engine.snapshot.inspect import inspect_snapshot
 
 from .tiny_model import TinySpec, write_tiny_gguf
 
@@ -43,7 +43,10 @@ from .tiny_model import TinySpec, write_tiny_gguf
 SPEC = TinySpec(n_layers=4, d_model=256, n_heads=4, n_kv_heads=2, ffn_dim=256,
                 context_length=4096, seed=11)
 SCENARIOS = ("turn", "long prompt", "save", "autosave", "open", "external send", "regenerate",
-             "edit")
+             "edit", "rewind")
+# Saves are segments of a chain (docs/snapshot.md, "Chains"); a low share makes every few
+# saves a complete one, which archives the chain, so kills land in both kinds of write.
+COMPACT_SHARE = "0.15"
 
 
 # The hybrids too: their window planes and conv carries are saved beside the ring (format 3).
@@ -80,13 +83,14 @@ class Trials:
         self.acknowledged: set[str] = set()
         self.figures = collections.Counter(
             {"lost messages": 0, "corrupt snapshots": 0, "kills mid-write": 0,
-             "warm differs from cold": 0})
+             "kills mid-segment": 0, "warm differs from cold": 0})
         self.drift: list[str] = []  # what verify found, for the failure message
         self.cold_reasons: collections.Counter = collections.Counter()
         self.engine = self.start()
 
     def start(self) -> EngineProcess:
-        engine = spawn(self.data, self.cache, self.gguf, ["--debounce-s", "0.05"])
+        engine = spawn(self.data, self.cache, self.gguf,
+                       ["--debounce-s", "0.05", "--compact-share", COMPACT_SHARE])
         engine.wait_for("ready", timeout=60)
         booted = engine.request({"type": "open", "session": "s"}, "booted", timeout=120)
         assert booted["type"] == "booted", booted
@@ -98,6 +102,8 @@ class Trials:
 
     def judge(self, booted: dict) -> None:
         self.figures[f"{booted['kind']} boots"] += 1
+        self.turns = sum(1 for m in booted["transcript"]
+                         if m["role"] == "user" and not m.get("hidden"))
         if booted["kind"] == "cold":
             assert booted["reason"], booted
             self.cold_reasons[booted["reason"].split(":")[0]] += 1
@@ -145,6 +151,10 @@ class Trials:
                 e.send({"type": "turn", "session": "s", "text": f"trial {n}: edited",
                         "max_tokens": 200})
             time.sleep(rng.uniform(0, 0.08))
+        elif scenario == "rewind":  # back one turn (an error when there is none: harmless)
+            self.turn(f"trial {n}: to be rewound", max_tokens=4)
+            e.send({"type": "rewind", "session": "s", "turn": max(0, self.turns - 1)})
+            time.sleep(rng.uniform(0, 0.05))
         else:  # another program appends a user line, as `channel send` does; it is answered
             sender = StreamLog(self.stream_path)
             sender.read()  # its ids follow the stream's
@@ -158,12 +168,16 @@ class Trials:
         self.figures[f"kill during {scenario}"] += 1
         self.kill_during(scenario, n)
         self.figures["kills mid-write"] += (self.data / "s.snapshot.bin.tmp").exists()
+        self.figures["kills mid-segment"] += any((self.data / "s.snapshot.d").glob("*.seg.tmp"))
         snapshot = self.data / "s.snapshot.bin"
         if snapshot.exists():
-            try:
-                read_snapshot(snapshot).mapping.close()
-            except SnapshotError:
-                self.figures["corrupt snapshots"] += 1
+            report = inspect_snapshot(snapshot)
+            damaged = [s for s in report.get("chain", {}).get("segments", [])
+                       if not s["valid"] and not s["reason"].startswith(
+                           ("extends another base", "after an invalid segment"))]
+            self.figures["corrupt snapshots"] += not report["valid"] or bool(damaged)
+            self.figures["segments at a kill"] = max(self.figures["segments at a kill"], len(
+                report.get("chain", {}).get("segments", [])))
         report = self.verify(self.data) if self.stream_path.exists() else None
         if report is not None and not report.ok:
             self.figures["warm differs from cold"] += 1

@@ -23,12 +23,16 @@ ENGINE_FLAGS: dict[str, str] = {
     "ring_slots": "--ring-slots",
     "evict": "--evict",
     "max_message_bytes": "--max-message-bytes",
+    "keep_turns": "--keep-turns",
+    "compact_share": "--compact-share",
 }
 
 
 def _specs() -> dict[str, dict[str, Any]]:
     """add_argument's keywords for each flag, its default being the engine's."""
     from ..backends import BACKEND_CHOICES  # noqa: PLC0415 - parsers only, not clients
+    from ..snapshot.archive import KEEP_LINKS  # noqa: PLC0415
+    from ..snapshot.segment import COMPACT_SHARE  # noqa: PLC0415
     from ..state.ring_policy import DEFAULT_EVICT, EVICT_POLICIES  # noqa: PLC0415
     from .protocol import DEFAULT_MAX_MESSAGE_BYTES  # noqa: PLC0415
 
@@ -47,6 +51,12 @@ def _specs() -> dict[str, dict[str, Any]]:
                   "help": "what a full ring forgets (docs/memory.md)"},
         "max_message_bytes": {"type": int, "default": DEFAULT_MAX_MESSAGE_BYTES,
                               "help": "refuse a message larger than this (UTF-8 bytes)"},
+        "keep_turns": {"type": int, "default": KEEP_LINKS,
+                       "help": "recent turns a session keeps restorable warm, about one "
+                               "saved state each, within 2 GiB (docs/snapshot.md)"},
+        "compact_share": {"type": float, "default": COMPACT_SHARE,
+                          "help": "save a complete snapshot once the segments since the last "
+                                  "one pass this share of its size"},
     }
 
 

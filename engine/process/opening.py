@@ -45,6 +45,7 @@ class SessionOpening:
             model = self.models.for_session(name, Path(model_path) if model_path else None)
             session = Session(model, self.data_dir, name, self.placement.policy(model.config),
                               self.placement.backend(model.config))
+            self.chain.apply(session.snapshots)
         except BaseException:
             owner.release()
             raise

@@ -24,6 +24,7 @@ from ..session.alternatives import reply_origin
 from ..session.answering import TurnResult
 from ..session.stream import StreamEvent
 from ..session.turns import PendingTurn
+from ..snapshot.snapshotter import ChainSettings
 from ..state.sampling_defaults import defaults_for
 from .edits import TurnEdits
 from .opening import SessionOpening
@@ -49,7 +50,7 @@ DEFAULT_MAX_TOKENS = 512
 class EngineServer(SessionOpening, TurnEdits, SnapshotRequests, StreamPolling):
     def __init__(self, model: Model, data_dir: Path, emit: Emit, debounce_s: float = 5.0,
                  placement: Placement | None = None, limits: Limits | None = None,
-                 models: SessionModels | None = None):
+                 models: SessionModels | None = None, chain: ChainSettings | None = None):
         self.model = model  # the default: new sessions run on it unless they ask for another
         # Every loaded model, and which model each session runs on (its recorded one).
         self.models = models or SessionModels(model, Path(data_dir))
@@ -57,6 +58,7 @@ class EngineServer(SessionOpening, TurnEdits, SnapshotRequests, StreamPolling):
         self.data_dir = Path(data_dir)
         self.emit = emit
         self.debounce_s = debounce_s
+        self.chain = chain or ChainSettings()  # each session's snapshot chain settings
         # Each model's backend and ring size: the process's choice, fitted to the model.
         self.placement = placement or Placement(Choice(NumpyBackend(), None), "numpy")
         self.sessions: dict[str, SessionRuntime] = {}

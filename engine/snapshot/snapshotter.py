@@ -63,6 +63,19 @@ class SaveResult:
     why_full: str | None = None  # for a FULL save, why a segment could not record it
 
 
+@dataclass(frozen=True)
+class ChainSettings:
+    """How a session's snapshot chain grows and what it keeps (the engine's --keep-turns
+    and --compact-share)."""
+
+    keep_links: int = KEEP_LINKS
+    compact_share: float = COMPACT_SHARE
+
+    def apply(self, snapshots: Snapshotter) -> None:
+        snapshots.keep_links = self.keep_links
+        snapshots.compact_share = self.compact_share
+
+
 def _yield_cpu_to_decoding() -> None:
     """Lower this thread's CPU priority: on a busy machine the decode loop's BLAS threads go
     first and the writer fills the gaps. On Linux a nice value is per thread."""
