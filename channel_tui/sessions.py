@@ -6,13 +6,14 @@ file layout (docs/stream.md), not engine internals.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.paths import SNAPSHOT_SUFFIX, STREAM_SUFFIX, SessionFiles
+from engine.paths import SNAPSHOT_SUFFIX, STREAM_SUFFIX, SessionFiles, tree_bytes
 
 from .settings import load_settings, read_json_file, summary
 
@@ -23,7 +24,7 @@ TAIL_BYTES = 64 * 1024  # enough for the last few messages of any stream
 class SessionInfo:
     name: str
     last_message: str  # "role: first line" of the newest user/assistant event, or ""
-    size_bytes: int  # stream plus snapshot
+    size_bytes: int  # stream, snapshot and its chain (segments, earlier generations)
     last_saved: float | None  # the snapshot's mtime, None when there is none
     last_active: float  # the newest mtime of its files
     settings: str = "model defaults"  # its reply settings, in brief (settings.summary)
@@ -55,6 +56,10 @@ def _info(data_dir: Path, name: str) -> SessionInfo:
         last_active = max(last_active, st.st_mtime)
         if path is snap:
             last_saved = st.st_mtime
+    size += tree_bytes(files.snapshot_chain)
+    with contextlib.suppress(OSError):  # a segment saved since the base: the newer save
+        if last_saved is not None:
+            last_saved = max(last_saved, files.snapshot_chain.stat().st_mtime)
     return SessionInfo(name, last_message(stream), size, last_saved, last_active,
                        summary(load_settings(data_dir, name)[0]), model_name(files))
 

@@ -73,6 +73,25 @@ class SessionFiles:
         return self.data_dir / f"{self.name}{LOCK_SUFFIX}"
 
 
+def tree_bytes(path: Path) -> int:
+    """The bytes of the files under directory `path` (a snapshot chain: its segments and
+    earlier generations), links not followed; 0 when it is absent or unreadable."""
+    total = 0
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                total += tree_bytes(Path(entry.path))
+            elif entry.is_file(follow_symlinks=False):
+                total += entry.stat(follow_symlinks=False).st_size
+        except OSError:
+            continue
+    return total
+
+
 def session_name_problem(name: str) -> str | None:
     """Why `name` cannot name a session, or None."""
     if SESSION_NAME.fullmatch(name):

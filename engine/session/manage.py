@@ -34,6 +34,7 @@ from ..paths import (
     STREAM_SUFFIX,
     SessionFiles,
     check_session_name,
+    tree_bytes,
 )
 from .owner import acquire_session
 from .stream import StreamLog
@@ -262,6 +263,6 @@ def _entry(folder: Path, name: str) -> TrashEntry:
     for path in _moved_files(SessionFiles(folder, name)):
         with contextlib.suppress(OSError):
             size += path.lstat().st_size
-            if path.is_dir() and not path.is_symlink():  # the snapshot's segments
-                size += sum(e.stat(follow_symlinks=False).st_size for e in os.scandir(path))
+            if path.is_dir() and not path.is_symlink():  # the snapshot's chain
+                size += tree_bytes(path)
     return TrashEntry(folder.name, name, folder, folder.stat().st_mtime, size)
