@@ -13,10 +13,12 @@ import numpy as np
 import pytest
 
 from engine.paths import SessionFiles
+from engine.process.client import spawn
 from engine.session.fork import fork_session
 from engine.session.manage import delete_session, rename_session, restore_deleted
 from engine.session.session import Session
 from engine.session.verify import verify_session
+from engine.snapshot.archive import generations
 from engine.snapshot.inspect import inspect_snapshot, render_inspection
 from engine.state.ring_policy import RingPolicy
 
@@ -147,3 +149,29 @@ def test_bytes_written_by_a_segment_save_are_the_segment(tiny_model, tmp_path,
     result = s.save()
     seg = SessionFiles(tmp_path, "s").snapshot_chain / f"{s.snapshots.head.seq:06d}.seg"
     assert result.bytes == seg.stat().st_size < s.snapshots.path.stat().st_size
+
+
+def test_earlier_generations_stay_within_the_budget(tiny_model, tmp_path) -> None:
+    s = Session(tiny_model, tmp_path, "s", POLICY)
+    s.snapshots.incremental = False  # every save a complete one: a generation each
+    s.snapshots.keep_links = 3
+    s.boot()
+    for i in range(6):
+        s.turn(f"message {i}", GREEDY, max_tokens=2)
+        assert s.save().kind == "full"
+    kept = generations(s.snapshots.path)
+    assert len(kept) == 2 and sum(g.links for g in kept) + 1 == 3  # with the live base
+    assert kept[0].base.name > kept[1].base.name  # newest first: names sort by anchor
+    s.snapshots.keep_bytes = kept[0].bytes * 3 // 2  # now bytes bind: only the newest fits
+    s.turn("one more", GREEDY, max_tokens=2)
+    s.save()
+    assert len(generations(s.snapshots.path)) == 1
+
+
+def test_bad_chain_settings_are_refused_in_one_line(tmp_path, tiny_gguf, tiny_cache) -> None:
+    for flags, words in ((["--keep-turns", "0"], "--keep-turns must be at least 1"),
+                         (["--compact-share", "-1"], "--compact-share above 0")):
+        e = spawn(tmp_path, tiny_cache, tiny_gguf, flags)
+        error = e.wait_for("error", timeout=60)
+        assert error["fatal"] and words in error["message"] and "\n" not in error["message"]
+        assert e.proc.wait(30) == 2
