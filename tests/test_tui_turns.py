@@ -10,7 +10,7 @@ from textual.widgets import OptionList
 from channel_tui.export import ChatMessage
 from channel_tui.messages import SessionEvent
 from channel_tui.screens.chat_answers import Answer, ends_with
-from channel_tui.screens.chat_rewind import REWINDING
+from channel_tui.screens.chat_rewind import PLANNING, REWINDING
 from channel_tui.screens.new_session import NewSessionScreen
 from channel_tui.screens.turns import (
     SYSTEM_ONLY,
@@ -206,6 +206,17 @@ async def test_errors_are_shown_and_a_message_typed_during_a_rewind_waits(tmp_pa
         chat._rewind(Turn(9, "none"))
         await until(pilot, lambda: "Rewind failed" in note(app), what="the failure")
         assert len(chat.messages) == 7
+
+        # Esc while the engine plans a rewind: its plan is not shown.
+        planning = 9_000
+        chat.answers[planning] = Answer({PLANNING: lambda event: chat._planned(
+            Turn(1, FIRST), event)}, ends_with(PLANNING))
+        await pilot.press("escape")
+        assert planning not in chat.answers and note(app) == "Rewind cancelled; nothing changed."
+        chat.post_message(SessionEvent({"type": PLANNING, "req": planning, "session": "default",
+                                        "turn": 1, "turns": 3, "text": "back to turn 1"}))
+        await pilot.pause(0.2)
+        assert app.screen is chat
 
         # A rewind under way (its answer pending): a message typed is queued, then sent
         # once the rewound transcript is shown.

@@ -232,6 +232,8 @@ class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatRewind, ChatSettings, C
             self.prompt.focus()
         elif self.busy and self.send("cancel", session=self.session) is not None:
             self.note("Stopping the reply…")
+        elif not self.busy:
+            self.cancel_rewind_plan()  # F9's dry run, if one is awaited
 
     def action_save(self) -> None:
         if self.send("save", self.save_answer(), session=self.session) is not None:

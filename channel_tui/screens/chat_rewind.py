@@ -3,7 +3,8 @@
 The flow: the turn list (TurnsScreen, made from the transcript the screen holds), then the
 engine's dry run (`rewind` with `dry_run`: `rewind_plan`), then the confirmation
 (RewindScreen) showing the plan's text; Rewind sends `rewind`, Fork from here asks for a
-name as Ctrl+F does and sends `fork` with `turn`. Esc at any step changes nothing.
+name as Ctrl+F does and sends `fork` with `turn`. Esc at any step changes nothing, while
+the engine plans too (its plan is then not shown).
 
 A key pressed at the wrong moment (a reply being written, the session still opening, a
 rewind already under way) gets one line saying so and loses nothing: the draft stays in the
@@ -39,6 +40,17 @@ class ChatRewind:
             if PLANNING in answer.handlers:
                 return PLANNING
         return None
+
+    def cancel_rewind_plan(self) -> bool:
+        """Esc while the engine plans a rewind: its plan, when it comes, is not shown (a dry
+        run changed nothing). False when no plan is awaited."""
+        planning = [req for req, answer in self.answers.items()
+                    if PLANNING in answer.handlers]
+        for req in planning:
+            del self.answers[req]
+        if planning:
+            self.note("Rewind cancelled; nothing changed.")
+        return bool(planning)
 
     def _can_rewind(self) -> bool:
         """Whether a rewind may be asked now; else one line says why (nothing is lost)."""
