@@ -270,3 +270,19 @@ async def test_the_real_engine_rewinds_warm_through_the_turn_list(make_app) -> N
         assert note(app).startswith("Back to turn 1 (warm, ")
         await say(pilot, app, "a new second question", events)  # and it goes on from there
         assert users(app) == ["first question", "a new second question"]
+
+        await open_turns(pilot)  # fork from turn 1: the source stays as it is
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, RewindScreen), what="the plan")
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, NewSessionScreen), what="the name")
+        await pilot.press("enter")
+        await until(pilot, lambda: of_type(events, "forked"), what="the fork")
+        forked = of_type(events, "forked")[-1]
+        assert forked["turn"] == 1 and forked["session"] == "default"
+        await until(pilot, lambda: app.chat.session == forked["new"] and app.chat.session_open,
+                    what="the fork to open")
+        await pilot.pause(0.2)
+        assert users(app) == ["first question"]
+        fork_boot = of_type(events, "booted", session=forked["new"])[-1]
+        assert fork_boot["kind"] == "warm"  # from the link kept at turn 1
