@@ -1,7 +1,9 @@
 """A narrow stand-in for `python -m engine`, speaking docs/protocol.md with fixed answers.
 
-Only for the TUI's SVG snapshot tests: every timing, id and ring cell is constant, so the
-screenshots are deterministic. The real engine is used by every behavioural test.
+For the TUI's SVG snapshot tests: every timing, id and ring cell is constant, so the
+screenshots are deterministic; and for flows whose every step a test must see (F9's turn
+list and rewind: `rewind` with and without `dry_run`, `fork` with `turn`). The real engine is
+used by the behavioural tests.
 
 Usage: python tests/fake_engine.py --data-dir D [--cold-boot] [--busy SESSION] (other engine
 options ignored). --busy refuses to open SESSION, as when another Channel holds it.
@@ -68,6 +70,38 @@ class Fake:
         # [tokens, kept] per turn: the transcript's first turn lost 40 slots to eviction.
         self.turns = [[140, 100]]
         self.reading: tuple | None = None  # (req, session, message id) of a read under way
+        # Each session's transcript, as `booted` and `rewound` carry it (hidden ones kept).
+        self.transcripts: dict[str, list[dict]] = {}
+        self.exchanges = 1  # turns written so far: ids U2/A2, U3/A3… follow the fixed ones
+
+    def transcript(self, session: str) -> list[dict]:
+        return self.transcripts.setdefault(session, [dict(m) for m in TRANSCRIPT])
+
+    def user_turns(self, session: str) -> list[int]:
+        """The index in the transcript of each kept user message: the turns, oldest first."""
+        return [i for i, m in enumerate(self.transcript(session))
+                if m["role"] == "user" and not m.get("hidden")]
+
+    def rewind_plan(self, session: str, turn: int) -> dict:
+        """Turn 1 and later come back warm from a kept link; turn 0 is a whole replay."""
+        starts = self.user_turns(session)
+        if not 0 <= turn < len(starts):
+            raise ValueError(f"no turn {turn} to go back to: the conversation has "
+                             f"{len(starts)} turn(s), and rewinding goes back to turns "
+                             f"0..{max(len(starts) - 1, 0)}")
+        later = [m["id"] for m in self.transcript(session)[starts[turn]:]
+                 if not m.get("hidden")]
+        turns = len(starts)
+        if turn:
+            text = (f"back to turn {turn} of {turns}: restores the state kept in the snapshot "
+                    f"and {turn} segment(s), then re-reads 0 message(s)")
+            kind, link, replay = "warm", f"kept in the snapshot and {turn} segment(s)", 0
+        else:
+            text = (f"back to turn 0 of {turns}: no saved state that old is kept, so it "
+                    f"re-reads the conversation (1 messages)")
+            kind, link, replay = "replay", "", 1
+        return {"turn": turn, "turns": turns, "kind": kind, "link": link,
+                "replay_events": replay, "retracted": later, "text": text}
 
     def emit(self, event: dict) -> None:
         sys.stdout.write(json.dumps(event) + "\n")
@@ -112,13 +146,34 @@ class Fake:
         elif kind == "models":  # this fake finds none: the picker's empty state
             self.emit({"type": "models", "req": req, "models": []})
         elif kind == "fork":
+            turn, source = request.get("turn"), [dict(m) for m in self.transcript(session)]
+            if turn is not None:  # the fork continues from the end of that turn
+                plan = self.rewind_plan(session, turn)
+                source = [m for m in source if m["id"] not in plan["retracted"]]
+            self.transcripts[request.get("new")] = source
             self.emit({"type": "forked", "req": req, "session": session,
-                       "new": request.get("new"), "events": len(TRANSCRIPT),
-                       "snapshot_bytes": 6_912_000})
+                       "new": request.get("new"), "events": len(source),
+                       "snapshot_bytes": 6_912_000, "system_changed": False, "turn": turn})
         elif kind == "open":
             self.emit({"type": "booted", "req": req, "session": session, **self.boot_fields(),
-                       "transcript": TRANSCRIPT})
+                       "transcript": self.transcript(session)})
             self.ring(req, session)
+        elif kind == "rewind":
+            plan = self.rewind_plan(session, request["turn"])
+            if request.get("dry_run"):
+                self.emit({"type": "rewind_plan", "req": req, "session": session, **plan})
+                return True
+            for message in self.transcript(session):
+                if message["id"] in plan["retracted"]:
+                    message["hidden"] = True
+            self.turns = self.turns[:plan["turn"]]
+            self.active = ANCHORS + 100 + sum(kept for _, kept in self.turns)
+            self.emit({"type": "rewound", "req": req, "session": session, **plan,
+                       "method": plan["kind"] if plan["turn"] else "cold", "ms": 12.0,
+                       "transcript": self.transcript(session)})
+            self.ring(req, session)
+            self.emit({"type": "snapshot", "req": req, "session": session,
+                       "status": "pending", "due_in_ms": 5000})
         elif kind == "turn" and request.get("text", "").startswith(SLOW_READ):
             # A long message read slowly: progress twice, then it waits for a cancel.
             self.emit({"type": "turn_started", "req": req, "session": session,
@@ -129,14 +184,22 @@ class Fake:
                            "done": done, "total": 5000})
             self.reading = (req, session, "01JDZ0000000000000000000B1")
         elif kind == "turn":
+            self.exchanges += 1
+            user_id = f"01JDZ{'U' + str(self.exchanges):0>21}"
+            reply_id = f"01JDZ{'A' + str(self.exchanges):0>21}"
             self.emit({"type": "turn_started", "req": req, "session": session})
             for piece in REPLY:
                 self.emit({"type": "token", "req": req, "session": session, "text": piece})
             self.active += 20
             self.turns.append([20, 20])
+            self.transcript(session).extend([
+                {"id": user_id, "role": "user", "ts": "2026-11-29T10:01:00.000Z",
+                 "content": request.get("text", ""), "stop": None},
+                {"id": reply_id, "role": "assistant", "ts": "2026-11-29T10:01:01.000Z",
+                 "content": "".join(REPLY), "stop": "eot", "in_reply_to": user_id}])
             self.emit({"type": "end_of_turn", "req": req, "session": session,
                        "reply": "".join(REPLY), "stop": "eot",
-                       "event_id": "01JDZ0000000000000000000A2",
+                       "event_id": reply_id,
                        "prompt_tokens": 13, "decode_tokens": 7, "ttft_ms": 52.0,
                        "prefill_tok_s": 250.0, "decode_tok_s": 42.0, "seed": 11,
                        "clock": self.active})
@@ -188,7 +251,17 @@ def main() -> int:
     fake = Fake(args.data_dir, args.cold_boot, args.busy)
     fake.emit(fake.hello("ready"))
     for line in sys.stdin:
-        if line.strip() and not fake.handle(json.loads(line)):
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        try:
+            going_on = fake.handle(request)
+        except ValueError as exc:  # as the engine answers a bad value: one line, then on
+            fake.emit({"type": "error", "req": request.get("id"),
+                       "session": request.get("session"), "code": "ValueError",
+                       "message": str(exc)})
+            going_on = True
+        if not going_on:
             break
     else:
         fake.emit({"type": "bye", "reason": "stdin closed"})

@@ -133,3 +133,21 @@ def test_the_readme_screenshot_is_a_default_first_run() -> None:
     words = shot.replace("&#160;", " ")
     for seen in ("What", "capital", "France", "SmolLM2", "a new conversation"):
         assert seen in words, seen
+
+
+def test_turns_screen_at_80_by_24(snap_compare, tmp_path) -> None:
+    """F9 after three turns: turn 0, the three turns newest at the bottom, the current one
+    marked and greyed, the one before it highlighted."""
+    async def three_turns(pilot) -> None:
+        await booted(pilot)
+        app: ChannelApp = pilot.app
+        for n, text in enumerate(("And a tuple?", "Why is that?\nAnd a second line")):
+            app.chat.query_one(Prompt).load_text(text)
+            await pilot.press("enter")
+            await until(pilot, lambda n=n: len(app.chat.messages) == 5 + 2 * n
+                        and app.chat.current is None)
+        await pilot.press("f9")
+        await until(pilot, lambda: type(app.screen).__name__ == "TurnsScreen")
+        await pilot.pause(0.2)
+
+    assert snap_compare(fake_app(tmp_path), terminal_size=(80, 24), run_before=three_turns)

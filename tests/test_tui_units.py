@@ -44,7 +44,8 @@ def test_the_chat_screen_handles_every_event_type_it_lists() -> None:
     from engine.process.events import EVENT_TYPES
 
     table = ChatScreen("s", EngineLink(AppOptions())).event_handlers()
-    assert set(table) <= EVENT_TYPES and {"booted", "token", "undone", "forked"} <= set(table)
+    assert set(table) <= EVENT_TYPES and {"booted", "token", "undone", "forked",
+                                             "rewound"} <= set(table)
 
 
 def test_boot_lines() -> None:

@@ -3,8 +3,8 @@
 This module holds the layout, the screen's state, the keys and sending. Engine events arrive
 through `ChatEvents.handle_event` (chat_events.py); what is particular to the answers of the
 screen's own requests is in chat_answers.py; undo, regenerate, edit and fork are in
-chat_edits.py. The screen talks to the engine through the EngineLink it is given, never
-through the app.
+chat_edits.py; going back to an earlier turn (F9) is in chat_rewind.py. The screen talks to
+the engine through the EngineLink it is given, never through the app.
 """
 
 from __future__ import annotations
@@ -32,13 +32,14 @@ from .chat_edits import ChatEdits
 from .chat_events import ChatEvents
 from .chat_navigation import ChatNavigation
 from .chat_queue import ChatQueue
+from .chat_rewind import REWINDING, ChatRewind
 from .chat_sessions import ChatSessions
 from .chat_settings import ChatSettings
 from .long_message import LongMessageScreen, too_long
 
 
-class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatSettings, ChatNavigation, ChatQueue,
-                 ChatSessions, Screen):
+class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatRewind, ChatSettings, ChatNavigation,
+                 ChatQueue, ChatSessions, Screen):
     # One line per key: the footer, the help screen (F1) and the command palette (Ctrl+P)
     # are all made from these (description: the short label; tooltip: what it does).
     BINDINGS = [
@@ -58,6 +59,8 @@ class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatSettings, ChatNavigatio
                 tooltip="Undo the last turn: your message and its reply leave the ring"),
         Binding("f4", "edit_last", "Edit", priority=True, show=False, id="edit",
                 tooltip="Edit and resend your last message (undone, back in the box)"),
+        Binding("f9", "turns", "Turns", priority=True, show=False, id="turns",
+                tooltip="Turn list: go back to an earlier turn (rewind) or fork from it"),
         Binding("ctrl+t", "copy_reply", "Copy", priority=True, id="copy",
                 tooltip="Copy the last reply (↑ then c copies any message; a click, a code "
                         "block)"),
@@ -191,7 +194,7 @@ class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatSettings, ChatNavigatio
         if self.fatal:
             self.note("The engine is stopped (see above); your message is kept.", "warning")
             return
-        if self.busy or not self.session_open:
+        if self.busy or not self.session_open or self.rewind_in_flight() == REWINDING:
             if self.queued is not None:
                 self.note("A message is already queued; it goes when this reply ends "
                           "(Esc stops the reply).", "warning")
@@ -229,6 +232,8 @@ class ChatScreen(ChatEvents, ChatAnswers, ChatEdits, ChatSettings, ChatNavigatio
             self.prompt.focus()
         elif self.busy and self.send("cancel", session=self.session) is not None:
             self.note("Stopping the reply…")
+        elif not self.busy:
+            self.cancel_rewind_plan()  # F9's dry run, if one is awaited
 
     def action_save(self) -> None:
         if self.send("save", self.save_answer(), session=self.session) is not None:

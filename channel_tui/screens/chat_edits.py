@@ -4,7 +4,8 @@ through a message's replies, and fork (a mixin of ChatScreen).
 Undo and regenerate ask the engine to roll its ring back (nothing is re-read); the engine
 answers `undone` with the edited transcript, which the screen redraws, and a regenerate then
 streams its new reply like any turn. Edit is undo with the message put back in the prompt.
-Fork asks for a name, has the engine copy the session, and switches to the copy; a session
+Fork asks for a name, has the engine copy the session (or, from the turn list, F9, the
+session as it was at the end of an earlier turn), and switches to the copy; a session
 another Channel has open is refused, and a fork of it offered (session_busy.py).
 """
 
@@ -94,18 +95,28 @@ class ChatEdits:
             self.note("Taking your last message back to edit it…")
 
     def action_fork(self) -> None:
-        from .new_session import NewSessionScreen
-
         if self.fatal or not self.session_open:
             self.note("Wait for the session to open, then fork it.", "warning")
             return
-        self.app.push_screen(NewSessionScreen(self.data_dir(), title="Fork session",
-                                              suggestion_base=f"{self.session}-fork"),
-                             self._fork_as)
+        self.ask_fork_name()
 
-    def _fork_as(self, name: str | None) -> None:
-        if name:
-            self.send("fork", session=self.session, new=name)
+    def ask_fork_name(self, turn: int | None = None) -> None:
+        """Ask for the fork's name, then fork: the session as it is, or (`turn`, from the
+        turn list, F9) continuing from the end of that turn. Esc forks nothing."""
+        from .new_session import NewSessionScreen
+
+        def fork_as(name: str | None) -> None:
+            if not name:
+                return
+            fields: dict[str, object] = {} if turn is None else {"turn": turn}
+            if self.send("fork", session=self.session, new=name, **fields) is not None \
+                    and turn is not None:
+                self.note(f"Forking from turn {turn} as {name!r}…")
+
+        title = "Fork session" if turn is None else f"Fork from turn {turn}"
+        self.app.push_screen(NewSessionScreen(self.data_dir(), title=title,
+                                              suggestion_base=f"{self.session}-fork"),
+                             fork_as)
 
     def session_busy(self, message: str) -> None:
         """Another Channel has this session open: offer its fork, or another session."""
@@ -126,8 +137,11 @@ class ChatEdits:
         new = event.get("new")
         how = ("; it reads the conversation again under the new system prompt"
                if event.get("system_changed") else "")
-        self.notify(f"Forked {self.session!r} as {new!r} ({event.get('events', 0)} events); "
-                    f"switching to the fork{how}", title="Fork")
+        turn = event.get("turn")
+        source = repr(self.session) + ("" if turn is None else f" from turn {turn}")
+        self.notify(f"Forked {source} as {new!r} "
+                    f"({event.get('events', 0)} events); switching to the fork{how}",
+                    title="Fork")
         await self.switch_session(new)
 
 

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         Event,
         Progress,
         Ready,
+        Rewound,
         Token,
         TurnStarted,
         Undone,
@@ -68,6 +69,7 @@ class ChatEvents:
             "snapshot": self.handle_snapshot,
             "undone": self.handle_undone,
             "forked": self.handle_forked,
+            "rewound": self.handle_rewound,
         }
 
     async def handle_event(self, event: Event) -> None:
@@ -174,8 +176,8 @@ class ChatEvents:
         self.notify(f"Restored {event.get('restored_slots', 0):,} slots in {fmt.ms(took)}",
                     title="Restore")
 
-    async def _rebuild(self, event: Booted | Undone, trim: bool = False) -> None:
-        """Show the transcript an event carries. With `trim` (an undo or a regenerate), when
+    async def _rebuild(self, event: Booted | Undone | Rewound, trim: bool = False) -> None:
+        """Show the transcript an event carries. With `trim` (an undo, a regenerate, a rewind), when
         it is what is shown less its last messages, only those bubbles go: the rest do not
         blink."""
         before = self.messages

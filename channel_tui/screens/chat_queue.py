@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .chat_rewind import REWINDING
+
 if TYPE_CHECKING:
     from ..widgets.prompt import Prompt
     from ..widgets.transcript import Transcript, UserMessage
@@ -20,7 +22,8 @@ class ChatQueue:
         """Keep one message until the engine can take it, shown in the transcript as
         pending; it is sent when the session has booted or the reply has ended."""
         self.queued = text
-        when = "the reply ends · Esc stops it" if self.busy else "the engine is ready"
+        when = ("the reply ends · Esc stops it" if self.busy else "the engine is ready"
+                if not self.session_open else "the rewind is done")
         self.queued_widget = await self.transcript.add_user(text, via="pending")
         self.note(f"Queued: {_short(text)} · sends when {when}")
 
@@ -31,7 +34,8 @@ class ChatQueue:
             self.queued_widget = None
 
     async def send_queued(self) -> None:
-        if self.queued is not None and not self.busy and not self.fatal and self.session_open:
+        if self.queued is not None and not self.busy and not self.fatal and \
+                self.session_open and self.rewind_in_flight() != REWINDING:
             text = self.queued
             await self._drop_queued()
             if not await self.send_turn(text):

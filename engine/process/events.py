@@ -142,4 +142,5 @@ EVENT_TYPES = frozenset({
     "prefill_progress",
     "token", "end_of_turn", "ring", "snapshot", "stream_event", "warning", "stats",
     "boot_compare", "cancelling", "closed", "bye", "error", "undone", "forked", "models",
+    "rewind_plan", "rewound",
 })
