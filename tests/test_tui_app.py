@@ -263,9 +263,13 @@ async def test_quit_flushes_the_working_state(make_app, tmp_path) -> None:
         await pilot.press("ctrl+c")  # a second press while flushing is ignored
         await until(pilot, lambda: not app.is_running, what="exit")
     assert engine is not None and engine.bye.is_set() and engine.proc.returncode == 0
-    assert snapshot.stat().st_mtime_ns > saved_at
+    # The flush records turn two as a segment after the base (docs/snapshot.md, "Chains").
+    flushed = of_type(events, "snapshot", status="saved")[-1]
+    assert flushed["kind"] == "segment"
+    assert snapshot.stat().st_mtime_ns == saved_at
+    assert (snapshot.parent / "default.snapshot.d" / "000001.seg").stat().st_size == \
+        flushed["bytes"]
     assert app.return_code == 0
-    assert of_type(events, "snapshot", status="saved")
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
