@@ -97,7 +97,7 @@ def warm(session: Session, read: StreamRead, progress: ReplayProgress | None) ->
     warnings = []
     if report.stopped:
         warnings.append(f"snapshot chain stopped at {report.stopped}; the stream replays "
-                        f"the rest; {set_aside(snapshots.path, report.ignored)}")
+                        f"the rest; {set_aside(choice.base, report.ignored)}")
     held, after = split_at_anchor(read, first_index(events)[report.stream_id])
     withdrawn = withdrawn_ids(events)
     snapshots.last_clock = report.clock

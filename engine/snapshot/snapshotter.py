@@ -3,8 +3,8 @@
 A save records only what changed since the last durable link of the chain (segment.py,
 docs/snapshot.md "Chains"), unless a segment cannot: no base yet, the arena was reset or
 restored, the ring rebased, or the chain grew past `compact_share` of its base. Then it
-writes a complete snapshot (writer.py) over the base and removes the old segments, which
-name the old base and could not extend the new one anyway.
+writes a complete snapshot (writer.py) over the base, and the old base and its segments
+become an earlier generation (archive.py), kept for warm rewinds within a budget.
 
 Either way the cut is taken in the engine thread (small arrays copied, the ring frozen so
 that no eviction, rebase or rollback moves a captured row) and written on a background
