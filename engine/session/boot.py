@@ -90,9 +90,13 @@ def warm(session: Session, read: StreamRead, progress: ReplayProgress | None) ->
     report = choice.report
     if choice.archived:  # the live chain holds only what the stream took back
         snapshots.head = None  # the next save is a complete one
+    elif report.passed_over and session.owner is None:
+        # Links holding what the stream took back, in files this boot does not own (the
+        # boot comparison beside the engine that does): left alone; a save would be complete.
+        snapshots.head = None
     else:
-        if report.passed_over:  # links holding what the stream took back: the chain
-            drop_segments_after(snapshots.chain_dir, report.head.seq)  # goes on from here
+        if report.passed_over:  # the chain goes on from the restored link
+            drop_segments_after(snapshots.chain_dir, report.head.seq)
         snapshots.head = report.head
     warnings = []
     if report.stopped:
