@@ -350,7 +350,7 @@ def test_the_flags_a_client_writes_are_the_ones_the_engine_parses(tmp_path) -> N
 
     given = {"data_dir": tmp_path / "d", "cache_dir": tmp_path / "c", "model": tmp_path / "m",
              "backend": "numpy", "debounce_s": 0.25, "ring_slots": 512, "evict": "h2o",
-             "max_message_bytes": 1000}
+             "max_message_bytes": 1000, "keep_turns": 12, "compact_share": 0.25}
     assert set(given) == set(ENGINE_FLAGS)
     parsed = vars(parse_args(engine_argv(**given)))
     assert {name: parsed[name] for name in given} == given
