@@ -131,7 +131,7 @@ def run_benchmarks(model_path: Path | None, cache_dir: Path, quick: bool = False
         model = load_model(model_path, cache_dir, f32_weights=f32)
         result["model"] = model.name
         result.update(run_snapshot_benchmarks(model, scratch, repeat, context, backend))
-        result.update(run_chain_benchmarks(model, scratch, repeat, context, backend))
+        result.update(run_chain_benchmarks(model, scratch, repeat, backend))
         return result
 
     with tempfile.TemporaryDirectory(prefix="channel-bench-") as scratch:
@@ -172,7 +172,7 @@ def run_benchmarks(model_path: Path | None, cache_dir: Path, quick: bool = False
     # above made are gone); the snapshot benchmarks below hold several at once.
     result["rss_mb"] = round(rss_mb()[0], 1)
     result.update(run_snapshot_benchmarks(model, scratch, repeat, context, backend))
-    result.update(run_chain_benchmarks(model, scratch, repeat, context, backend))
+    result.update(run_chain_benchmarks(model, scratch, repeat, backend))
     result["rss_peak_mb"] = round(rss_mb()[1], 1)
     result["backend_info"] = backend.describe()  # after the runs: what it loaded and learned
     result["machine"] = {

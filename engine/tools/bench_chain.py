@@ -45,8 +45,7 @@ def _short_turn_save(session: Session, incremental: bool) -> tuple[int, int | No
     return result.bytes, written, result.ms
 
 
-def run_chain_benchmarks(model: Model, scratch: Path, repeat: int, context: int,
-                         backend=None) -> dict:
+def run_chain_benchmarks(model: Model, scratch: Path, repeat: int, backend=None) -> dict:
     """A session whose ring is full, saved whole; then short turns saved each way, and a
     chain of CHAIN_SEGMENTS short turns booted warm."""
     out: dict = {}
@@ -54,11 +53,10 @@ def run_chain_benchmarks(model: Model, scratch: Path, repeat: int, context: int,
     with tempfile.TemporaryDirectory(dir=scratch, prefix="chainbench-") as tmp:
         data = Path(tmp)
         live = Session(model, data, "chain", policy, backend)
-        write_stream(live, conversation_text(model, context))
+        # A conversation that fills the ring, read in by a cold boot's prefill: the short
+        # turns below take it past full, so they evict as a long session's turns do.
+        write_stream(live, conversation_text(model, policy.max_slots - 64))
         live.boot()
-        forward = live.conversation.forward
-        while live.conversation.ring.n_active < policy.max_slots - 64:
-            forward.decode_one_token(200)  # fill the ring (left out of the stream: scratch)
         live.snapshots.compact_share = float("inf")  # keep every segment for the chain boot
         live.save()
         full = [_short_turn_save(live, False) for _ in range(repeat)]
