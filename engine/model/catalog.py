@@ -126,7 +126,7 @@ def hybrid_layers(header: GGUFHeader) -> str:
     if not isinstance(n_layers, int):
         return ""
     window = header.get(f"{arch}.attention.sliding_window")
-    return layer_summary(metadata_layer_kinds(header.get, n_layers),
+    return layer_summary(metadata_layer_kinds(header.get),
                          window if isinstance(window, int) else 0)
 
 

@@ -31,7 +31,7 @@ from gguf import GGMLQuantizationType, quants
 from ..align import align_up
 from ..errors import ModelError, WeightImageError
 from ..fileio import atomic_output
-from .architecture import CONV
+from .architecture import CONV, DELTA
 from .config import ModelConfig
 from .gguf_file import ModelFile
 
@@ -62,6 +62,14 @@ class LayerWeights:
     k_norm: np.ndarray | None = None  # (head_dim,)
     post_attn_norm: np.ndarray | None = None  # (d_model,) where the architecture has post-norms
     post_ffn_norm: np.ndarray | None = None  # (d_model,)
+    # DELTA layers (Qwen3.5's gated delta net, model/delta_net.py), value heads in the GGUF's
+    # (tiled) order:
+    delta_in: np.ndarray | None = None  # (conv_dim + inner + 2*v_heads, d): qkv, z, beta, alpha
+    delta_conv: np.ndarray | None = None  # (conv_dim, conv_kernel): channel c's taps, oldest first
+    delta_dt: np.ndarray | None = None  # (v_heads,) added to alpha before softplus
+    delta_a: np.ndarray | None = None  # (v_heads,) -exp(A_log): the decay's rate
+    delta_norm: np.ndarray | None = None  # (head,) the gated RMSNorm's weight
+    delta_out: np.ndarray | None = None  # (d, inner)
 
 
 @dataclass(frozen=True)
@@ -82,7 +90,15 @@ def image_plan(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     plan["output_norm"] = (d,)
     for i, kind in enumerate(cfg.kinds):
         plan[f"blk.{i}.attn_norm"] = (d,)
-        if kind == CONV:
+        if kind == DELTA:
+            v_heads, inner, conv = cfg.delta_v_heads, cfg.delta_inner, cfg.delta_conv_dim
+            plan[f"blk.{i}.delta_in"] = (conv + inner + 2 * v_heads, d)
+            plan[f"blk.{i}.delta_conv"] = (conv, cfg.conv_kernel)
+            plan[f"blk.{i}.delta_dt"] = (v_heads,)
+            plan[f"blk.{i}.delta_a"] = (v_heads,)
+            plan[f"blk.{i}.delta_norm"] = (cfg.delta_head_dim,)
+            plan[f"blk.{i}.delta_out"] = (d, inner)
+        elif kind == CONV:
             plan[f"blk.{i}.conv_in"] = (3 * d, d)
             plan[f"blk.{i}.conv_weight"] = (d, cfg.conv_kernel)
             plan[f"blk.{i}.conv_out"] = (d, d)
@@ -92,9 +108,9 @@ def image_plan(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
         plan[f"blk.{i}.ffn_norm"] = (d,)
         plan[f"blk.{i}.w_gate_up"] = (2 * f, d)
         plan[f"blk.{i}.w_down"] = (d, f)
-        if cfg.arch.qkv_bias and kind != CONV:
+        if cfg.arch.qkv_bias and kind not in (CONV, DELTA):
             plan[f"blk.{i}.bqkv"] = (cfg.qkv_dim,)
-        if cfg.arch.qk_norm and kind != CONV:
+        if cfg.arch.qk_norm and kind not in (CONV, DELTA):
             plan[f"blk.{i}.q_norm"] = (cfg.head_dim,)
             plan[f"blk.{i}.k_norm"] = (cfg.head_dim,)
         if cfg.arch.post_norms:  # named as in the GGUF
@@ -113,6 +129,10 @@ def _sources(cfg: ModelConfig, name: str) -> list[str]:
         return [f"{blk}.attn_q.weight", f"{blk}.attn_k.weight", f"{blk}.attn_v.weight"]
     if role == "bqkv":
         return [f"{blk}.attn_q.bias", f"{blk}.attn_k.bias", f"{blk}.attn_v.bias"]
+    if role == "delta_in":  # one matmul makes all four
+        return [f"{blk}.{t}.weight" for t in ("attn_qkv", "attn_gate", "ssm_beta", "ssm_alpha")]
+    if role == "ffn_norm":
+        return [f"{blk}.{arch.ffn_norm}.weight"]
     if role == "w_gate_up":
         if arch.fused_gate_up:  # already gate rows then up rows
             return [f"{blk}.ffn_up.weight"]
@@ -120,7 +140,9 @@ def _sources(cfg: ModelConfig, name: str) -> list[str]:
     renames = {".wo": ".attn_output.weight", ".w_down": ".ffn_down.weight",
                ".q_norm": ".attn_q_norm.weight", ".k_norm": ".attn_k_norm.weight",
                ".conv_in": ".shortconv.in_proj.weight", ".conv_weight": ".shortconv.conv.weight",
-               ".conv_out": ".shortconv.out_proj.weight"}
+               ".conv_out": ".shortconv.out_proj.weight", ".delta_conv": ".ssm_conv1d.weight",
+               ".delta_dt": ".ssm_dt.bias", ".delta_a": ".ssm_a",
+               ".delta_norm": ".ssm_norm.weight", ".delta_out": ".ssm_out.weight"}
     for suffix, gguf_suffix in renames.items():
         if name.endswith(suffix):
             return [name[: -len(suffix)] + gguf_suffix]
@@ -139,6 +161,17 @@ def _dequantize(model: ModelFile, name: str) -> np.ndarray:
         out = quants.dequantize(t.data, t.tensor_type)
     # GGUF shapes list the fastest dimension first; ndarray shapes are the reverse.
     return np.asarray(out, dtype=np.float32).reshape(tuple(int(x) for x in reversed(t.shape)))
+
+
+def _arranged(cfg: ModelConfig, name: str, parts: list[np.ndarray]) -> list[np.ndarray]:
+    """The parts of image tensor `name` in the order it stacks them. A gated query's attn_q
+    holds, per head, the query rows then the gate rows; the image keeps q | k | v first, as
+    every attention layer has them, and the gates after (ModelConfig.qkv_dim)."""
+    if not (cfg.arch.gated_query and name.endswith(".wqkv")):
+        return parts
+    q_gate, k, v = parts
+    heads = q_gate.reshape(cfg.n_heads, 2, cfg.head_dim, -1)
+    return [heads[:, 0].reshape(cfg.q_dim, -1), k, v, heads[:, 1].reshape(cfg.q_dim, -1)]
 
 
 def build_image(model: ModelFile, dest: Path, progress: Progress | None = None) -> None:
@@ -171,7 +204,8 @@ def build_image(model: ModelFile, dest: Path, progress: Progress | None = None) 
             for name, shape in plan.items():
                 offset = data_off + table[name][0]
                 out = np.frombuffer(m, np.float32, int(np.prod(shape)), offset).reshape(shape)
-                parts = [_dequantize(model, src) for src in _sources(cfg, name)]
+                parts = _arranged(cfg, name, [_dequantize(model, src)
+                                              for src in _sources(cfg, name)])
                 stacked_shape = (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
                 if stacked_shape != shape:
                     raise ModelError(
@@ -264,6 +298,12 @@ def _weights_from_views(cfg: ModelConfig, v: dict[str, np.ndarray]) -> Weights:
             k_norm=v.get(f"blk.{i}.k_norm"),
             post_attn_norm=v.get(f"blk.{i}.post_attention_norm"),
             post_ffn_norm=v.get(f"blk.{i}.post_ffw_norm"),
+            delta_in=v.get(f"blk.{i}.delta_in"),
+            delta_conv=v.get(f"blk.{i}.delta_conv"),
+            delta_dt=v.get(f"blk.{i}.delta_dt"),
+            delta_a=v.get(f"blk.{i}.delta_a"),
+            delta_norm=v.get(f"blk.{i}.delta_norm"),
+            delta_out=v.get(f"blk.{i}.delta_out"),
         )
         for i in range(cfg.n_layers)
     )
