@@ -5,7 +5,7 @@ feed-forward, residual adds after each) with rotary positions and grouped-query 
 What differs between architectures is listed here, in the spirit of gguf-py's MODEL_TENSORS:
 the config, the weight loaders, every backend's forward pass and the snapshot identity read
 this table rather than testing architecture names. A GGUF that needs anything the table does
-not describe is refused with one line naming what is missing (`support_problem`).
+not describe is refused with one line naming what is missing (support.py's `support_problem`).
 
 Each backend declares the features (FEATURES below) its forward pass implements;
 `backend_problem` says why a backend cannot run a model, for the backend choice, `channel
@@ -237,8 +237,3 @@ def query_scale(arch: Architecture, n_layers: int, d_model: int, n_heads: int,
     if n_layers in arch.width_scaled_queries_at:
         return 1.0 / math.sqrt(d_model // n_heads)
     return 1.0 / math.sqrt(head_dim)
-
-
-# support_problem reads the table above; it is named here, where callers look for it.
-from .support import support_problem as support_problem  # noqa: E402
-from .support import supported_names as supported_names  # noqa: E402

@@ -26,12 +26,12 @@ from .architecture import (
     WINDOW,
     layer_kv_heads,
     metadata_layer_kinds,
-    support_problem,
     trunk_layers,
 )
 from .config import ModelConfig
 from .gguf_extent import truncation_problem
 from .gguf_header import GGUFHeaderError, read_header
+from .support import support_problem
 
 GGUF_MAGIC = b"GGUF"
 

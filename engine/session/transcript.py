@@ -13,6 +13,11 @@ even): for those, the difference a new message makes is the same within a short 
 first message plus the last few with the new one at the same parity. A transcript checks that
 on its first few windowed renders against the full rendering, and only then trusts the
 window; any mismatch, and it renders in full from then on.
+
+Thinking templates (Qwen3, Qwen3.5) open the reply inside a reasoning block (`<think>\n` in
+the generation prompt) and render a past reply without its reasoning. The ring keeps what was
+generated, reasoning included; from the reply's end on, the transcript follows the template's
+rendering of the history, which later messages extend (close_assistant).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from ..model.tokenizer import Tokenizer
 from .stream import StreamEvent
 
 TranscriptMark = tuple[int, str, bool]  # messages kept, rendered text, awaiting a reply
+_SENTINEL_REPLY = "QZXREPLYSENTINELQZX"  # stands for a reply, to find what follows one
 WINDOW_FROM = 6  # messages before rendering through a window pays off
 WINDOW_CHECKS = 3  # windowed renders compared with full ones before the window is trusted
 
@@ -121,8 +127,14 @@ class Transcript:
     def close_assistant(self, content: str) -> list[int]:
         """Record a reply whose tokens are in the ring; return what the template puts after
         its content (e.g. '<|im_end|>\\n' for ChatML)."""
+        opened = self.rendered
         self.messages.append({"role": "assistant", "content": content})
-        body = self._extension(False)
+        try:
+            body = self._extension(False)
+        except ChatTemplateError:
+            if not self.awaiting_reply:
+                raise
+            return self._close_reasoned(opened)
         self.rendered += body
         self.awaiting_reply = False
         if not body.startswith(content):
@@ -132,6 +144,26 @@ class Transcript:
             if not body.startswith(content):
                 raise ChatTemplateError("chat template rewrites assistant replies; cannot replay")
         return self.tokenizer.encode(body[len(content) :])
+
+    def _close_reasoned(self, opened: str) -> list[int]:
+        """close_assistant where the generation prompt opened the reply with something the
+        history renders otherwise (a thinking template's `<think>\n`): the tokens the template
+        puts after a reply, found by rendering one that it keeps as it is; the transcript
+        goes on from the history's rendering, as long as that keeps what came before the
+        reply's turn."""
+        history = self.template.render(self.messages, add_generation_prompt=False)
+        before = self.template.render(self.messages[:-1], add_generation_prompt=False)
+        probe = self.template.render(self.messages[:-1] + [
+            {"role": "assistant", "content": _SENTINEL_REPLY}], add_generation_prompt=False)
+        at = probe.find(_SENTINEL_REPLY)
+        if not (history.startswith(before) and opened.startswith(before) and at >= 0):
+            raise ChatTemplateError(
+                "chat template is not prefix-stable: rendering a longer transcript changed "
+                "its beginning, so turns cannot be fed incrementally")
+        self.rendered = history
+        self.awaiting_reply = False
+        self.window_ok = False  # the history no longer extends what was fed, message by message
+        return self.tokenizer.encode(probe[at + len(_SENTINEL_REPLY) :])
 
     def _encode_new(self, text: str, content: str, at_start: bool) -> list[int]:
         """Tokens for rendered `text` holding a message's `content`. The ring's first tokens
