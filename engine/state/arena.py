@@ -48,7 +48,8 @@ def add_layer_planes(lay: ArenaLayout, cfg: ModelConfig, key_dtype: np.dtype | t
     CONV layers keep their short convolution's carry: the last conv_kernel - 1 inputs,
     oldest first. DELTA layers keep their convolution's carry (the last conv_kernel - 1 rows
     of q | k | v, oldest first) and their delta-rule state: per value head a head x head
-    matrix (key dim, then value dim), in the GGUF's head order. None is evicted or reordered;
+    matrix, transposed (value dim, then key dim, as ggml_gated_delta_net keeps it), in the
+    GGUF's head order. None is evicted or reordered;
     a rebase re-rotates the window's keys and touches nothing else.
     """
     n_window, n_conv = len(cfg.layers_of(WINDOW)), len(cfg.layers_of(CONV))

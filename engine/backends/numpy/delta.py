@@ -16,6 +16,8 @@ normed rows (a prefill chunk, or the one decode row), in the same code for both 
 
 Value head h reads key head h % k_heads (the GGUF's tiled order), so the state is viewed as
 (v_heads / k_heads, k_heads, head, head) and the key heads broadcast over the first axis.
+Each head's matrix is stored transposed, value index first (state[h][j][i] = S[i][j]), as
+ggml_gated_delta_net keeps it, so either backend continues the other's state.
 Every intermediate is an arena scratch view (numpy/scratch.py's d_* regions): nothing is
 allocated per token.
 """
@@ -54,7 +56,8 @@ def _l2_normalise(x: np.ndarray, tmp: np.ndarray) -> None:
 def delta_net(lw: LayerWeights, cfg: ModelConfig, xn: np.ndarray, carry: np.ndarray,
               state: np.ndarray, v: ArenaViews, out: np.ndarray) -> None:
     """The gated delta net of R normed rows `xn` (R, d), or one row (d,), into `out` (same
-    shape), updating `carry` (taps - 1, conv_dim) and `state` (v_heads, head, head) in place."""
+    shape), updating `carry` (taps - 1, conv_dim) and `state` (v_heads, head, head; each
+    head's S transposed) in place."""
     nk, nv, hd = cfg.delta_k_heads, cfg.delta_v_heads, cfg.delta_head_dim
     conv, inner, K = cfg.delta_conv_dim, cfg.delta_inner, cfg.conv_kernel - 1
     reps = nv // nk
@@ -90,20 +93,20 @@ def delta_net(lw: LayerWeights, cfg: ModelConfig, xn: np.ndarray, carry: np.ndar
     np.reciprocal(beta, out=beta)
 
     # The delta rule, token by token, every head at once.
-    S = state.reshape(reps, nk, hd, hd)
-    mem, outer = v.d_mem.reshape(reps, nk, 1, hd), v.d_outer.reshape(reps, nk, hd, hd)
+    St = state.reshape(reps, nk, hd, hd)  # S^T: (value, key) per head
+    mem, outer = v.d_mem.reshape(reps, nk, hd, 1), v.d_outer.reshape(reps, nk, hd, hd)
     o = v.d_o[:R]
     for t in range(R):
-        q_t = qkv[t, : nk * hd].reshape(nk, 1, hd)
-        k_t = qkv[t, nk * hd : 2 * nk * hd].reshape(nk, 1, hd)
-        v_t = qkv[t, 2 * nk * hd :].reshape(reps, nk, 1, hd)
+        q_t = qkv[t, : nk * hd].reshape(nk, hd, 1)
+        k_t = qkv[t, nk * hd : 2 * nk * hd].reshape(nk, hd, 1)
+        v_t = qkv[t, 2 * nk * hd :].reshape(reps, nk, hd, 1)
         np.multiply(state, gate[t, :, None, None], out=state)
-        np.matmul(k_t, S, out=mem)  # what S recalls for k: (reps, nk, 1, head)
+        np.matmul(St, k_t, out=mem)  # what S recalls for k: (reps, nk, head, 1)
         np.subtract(v_t, mem, out=mem)
         np.multiply(mem, beta[t].reshape(reps, nk, 1, 1), out=mem)
-        np.multiply(k_t.reshape(nk, hd, 1), mem, out=outer)  # k (beta (v - k.S))^T
-        np.add(S, outer, out=S)
-        np.matmul(q_t, S, out=o[t].reshape(reps, nk, 1, hd))
+        np.multiply(mem, k_t.reshape(nk, 1, hd), out=outer)  # (beta (v - S^T k)) k^T
+        np.add(St, outer, out=St)
+        np.matmul(St, q_t, out=o[t].reshape(reps, nk, hd, 1))
 
     # Gated RMSNorm per head, then the output projection.
     heads = o.reshape(R, nv, hd)
