@@ -7,7 +7,7 @@ real tokenizer and chat-template code paths run on it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -186,8 +186,11 @@ def tensor_shapes(spec: TinySpec, vocab: int) -> dict[str, tuple[int, ...]]:
     shapes = {name: by_role[name.split(".", 2)[-1] if name.startswith("blk.") else name]
               for name in names}
     for i in range(spec.n_layers, spec.n_layers + spec.nextn):  # MTP blocks: never read
+        shapes |= {name.replace("blk.0.", f"blk.{i}."): shape for name, shape in
+                   tensor_shapes(replace(spec, n_layers=1, nextn=0, delta_interval=1),
+                                 vocab).items() if name.startswith("blk.0.")}
         shapes |= {f"blk.{i}.nextn.eh_proj.weight": (d, 2 * d),
-                   f"blk.{i}.nextn.enorm.weight": (d,), f"blk.{i}.attn_norm.weight": (d,)}
+                   f"blk.{i}.nextn.enorm.weight": (d,), f"blk.{i}.nextn.hnorm.weight": (d,)}
     return shapes
 
 
@@ -212,6 +215,10 @@ def write_tiny_gguf(path: Path, spec: TinySpec = TinySpec(),
         w.add_ssm_inner_size(v_heads * head)
         if spec.delta_interval:
             w.add_full_attention_interval(spec.delta_interval)
+        # llama.cpp requires the MRoPE sections (text positions make them all alike): its
+        # converter's default split of the rotated pairs.
+        pairs = (spec.rope_dim or hd) // 2
+        w.add_rope_dimension_sections([pairs - 2 * (pairs // 3), pairs // 3, pairs // 3, 0])
     w.add_context_length(spec.context_length)
     w.add_embedding_length(d)
     w.add_feed_forward_length(f)
