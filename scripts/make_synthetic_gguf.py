@@ -325,6 +325,8 @@ def write_gguf(
         writer.add_ssm_time_step_rank(v_heads)
         writer.add_ssm_inner_size(v_heads * width)
         writer.add_full_attention_interval(4)
+        pairs = (geo.rope_dim or head_dim) // 2  # llama.cpp requires MRoPE's sections
+        writer.add_rope_dimension_sections([pairs - 2 * (pairs // 3), pairs // 3, pairs // 3, 0])
     if geo.head_dim:
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)

@@ -282,20 +282,6 @@ def test_tokenizer_and_thinking_template(qwen35) -> None:
     assert history.endswith("<|im_start|>assistant\nHello<|im_end|>\n")
 
 
-def test_a_reasoned_reply_closes_on_the_template_s_history(qwen35, tmp_path) -> None:
-    """The ring keeps the reply as generated, reasoning and all; the next turn follows the
-    template's rendering of the history (which drops the reasoning) from the reply's end."""
-    session = Session(qwen35, tmp_path, "t", RingPolicy().scaled_to(128))
-    session.boot()
-    transcript = session.transcript
-    transcript.user_turn("Hi")
-    closing = transcript.close_assistant("let me see</think>\n\nHello")
-    assert qwen35.tokenizer.decode(closing) == "<|im_end|>\n"
-    assert transcript.rendered.endswith("<|im_start|>assistant\nHello<|im_end|>\n")
-    more = qwen35.tokenizer.decode(transcript.user_turn("Again"))
-    assert more == "<|im_start|>user\nAgain<|im_end|>\n<|im_start|>assistant\n<think>\n"
-
-
 def test_other_backends_and_the_catalog(qwen35, tmp_path) -> None:
     problems = problems_running(qwen35.config.features, "qwen35")
     assert problems["numpy"] is None
