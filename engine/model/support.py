@@ -29,6 +29,7 @@ ROPE_SCALING_TYPES = ("none", "linear")
 # a longer ring asked for is capped at the window (RingPolicy.for_model).
 SLIDING_WINDOW_IGNORED_FROM = 4096
 
+
 def supported_names() -> str:
     return ", ".join(ARCHITECTURES)
 
@@ -98,8 +99,9 @@ def support_problem(get: Metadata, tensor_names: Collection[str]) -> str | None:
     if DELTA in kinds and (problem := delta_metadata_problem(get)):
         return problem
     # Blocks past the trunk (multi-token prediction: Qwen3.5's nextn) are not run or checked.
-    names = {n for n in names if not n.startswith("blk.") or
-             not n.split(".", 2)[1].isdigit() or int(n.split(".", 2)[1]) < n_layers}
+    if n_layers < numbers["block_count"]:
+        names = {n for n in names if not n.startswith("blk.") or
+                 not n.split(".", 2)[1].isdigit() or int(n.split(".", 2)[1]) < n_layers}
     expected = arch.model_tensors(n_layers, "output.weight" not in names,
                                   "rope_freqs.weight" in names, kinds)
     missing = [n for n in expected if n not in names]
