@@ -24,6 +24,7 @@ from .lib import free_with, ggml, host_buffer
 from .repack import can_repack, repack_buffer_type
 
 Tensor = object  # a ctypes pointer to a ggml_tensor
+EXPANDED_ALWAYS = ("ssm_beta.weight", "ssm_alpha.weight")  # matmul(..., exact=True)
 
 
 @dataclass(frozen=True)
@@ -103,8 +104,11 @@ class GgmlWeights:
             self._tensors[name] = self._wrap(g, name, info, base)
         cfg = model.config
         self._repacked: set[int] = set()  # addresses of the tensors in ggml's repacked layout
-        self._repack(g, [name for name in model.tensors if name.startswith("blk.")
-                         or (name == "output.weight" and not cfg.tied_embeddings)], model)
+        # Qwen3.5's beta and alpha rows stay in the file's layout: the graph expands them to
+        # f32 for every pass (delta_block.py), which a repacked layout would not allow.
+        self._repack(g, [name for name in model.tensors if (name.startswith("blk.") and not
+                         name.endswith(EXPANDED_ALWAYS)) or
+                         (name == "output.weight" and not cfg.tied_embeddings)], model)
         self.token_embd = self.tensor("token_embd.weight")
         self.output_norm = self.tensor(f"{cfg.arch.output_norm}.weight")
         self.output = (self.token_embd if cfg.tied_embeddings
