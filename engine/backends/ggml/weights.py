@@ -106,7 +106,9 @@ class GgmlWeights:
         self._repacked: set[int] = set()  # addresses of the tensors in ggml's repacked layout
         # Qwen3.5's beta and alpha rows stay in the file's layout: the graph expands them to
         # f32 for every pass (delta_block.py), which a repacked layout would not allow.
-        self._repack(g, [name for name in model.tensors if (name.startswith("blk.") and not
+        # Blocks past the trunk (Qwen3.5's MTP) are never read, so never copied either.
+        trunk = tuple(f"blk.{i}." for i in range(cfg.n_layers))
+        self._repack(g, [name for name in model.tensors if (name.startswith(trunk) and not
                          name.endswith(EXPANDED_ALWAYS)) or
                          (name == "output.weight" and not cfg.tied_embeddings)], model)
         self.token_embd = self.tensor("token_embd.weight")
