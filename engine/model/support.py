@@ -18,8 +18,8 @@ NOT_YET: dict[str, str] = {
     "phi2": "partial rotary and biased LayerNorm are not implemented",
     "qwen2moe": "mixture-of-experts layers are not implemented",
     "qwen3moe": "mixture-of-experts layers are not implemented",
-    "qwen35moe": "mixture-of-experts layers are not implemented (dense Qwen3.5 is supported)",
-    "qwen3next": "mixture-of-experts layers are not implemented (dense Qwen3.5 is supported)",
+    "qwen35moe": "mixture-of-experts layers are not implemented; dense qwen35 is supported",
+    "qwen3next": "mixture-of-experts layers are not implemented; dense qwen35 is supported",
 }
 
 # RoPE scaling types (`<arch>.rope.scaling.type`) the forward passes implement. "linear"
