@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.allocs import measure_allocations
 from engine.backends.ggml.lib import available as ggml_available
 from engine.backends.numpy.backend import NumpyBackend
 from engine.conversation import Conversation
@@ -84,3 +85,21 @@ def test_a_session_saved_on_numpy_continues_on_ggml(model, tmp_path) -> None:
     want = live.turn("And the mountains?", greedy, max_tokens=8)
     got = moved.turn("And the mountains?", greedy, max_tokens=8)
     assert got.reply_ids == want.reply_ids and len(want.reply_ids) > 0
+
+
+def test_decode_allocates_nothing_through_eviction_and_rebase(model) -> None:
+    """ggml's decode graphs write the delta planes in place: once a graph is built for the
+    ring's bucket, a step allocates no numpy buffer, through evictions and rebases too."""
+    conv = Conversation(model, RingPolicy(max_slots=24, recent_window=4, evict_batch=3,
+                                          prefill_chunk=5), backend=GgmlBackend())
+    conv.ingest([5, 6, 7])
+    token = iter(range(10**6))
+
+    def step() -> None:
+        conv.forward.decode_one_token(4 + next(token) % 4000)
+
+    for _ in range(60):
+        step()
+    report = measure_allocations(step, repeat=120)
+    assert conv.ring.evicted > 0 and conv.ring.rebases > 0
+    assert report.numpy_new_buffers == 0 and report.numpy_net_bytes <= 0
