@@ -38,8 +38,11 @@ class DeltaBlocks:
         K = carry.contents.ne[1]
         series = g.ggml_concat(ctx, g.ggml_cont(ctx, g.ggml_transpose(ctx, carry)),
                                g.ggml_cont(ctx, g.ggml_transpose(ctx, qkv)), 0)
+        taps = lw.ssm_conv  # ssm_conv reads f32 taps only; converters write them so
+        if taps.contents.type != g.GGML_TYPE_F32:
+            taps = g.ggml_cast(ctx, taps, g.GGML_TYPE_F32)
         conv = g.ggml_ssm_conv(ctx, g.ggml_reshape_3d(ctx, series, K + n_q, conv_dim, 1),
-                               lw.ssm_conv)  # (1, n_q, conv_dim)
+                               taps)  # (1, n_q, conv_dim)
         conv = g.ggml_silu(ctx, g.ggml_reshape_2d(ctx, conv, conv_dim, n_q))
         item = series.contents.nb[0]
         newest = g.ggml_view_2d(ctx, series, K, conv_dim, series.contents.nb[1], n_q * item)
