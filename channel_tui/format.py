@@ -127,7 +127,8 @@ def phase_line(event: dict) -> str:
 
 def layer_state(state: dict | None) -> str:
     """A hybrid model's layers, after the ring's size: ` on 3 global layers, 512-token
-    windows on 15, 2 conv carries`; empty for a model whose layers are all in the ring."""
+    windows on 15, 2 conv carries` or ` on 6 global layers, 18 delta-rule states`; empty for a
+    model whose layers are all in the ring."""
     if not state:
         return ""
     parts = [f" on {plural(state['ring_layers'], 'global layer')}"]
@@ -135,6 +136,8 @@ def layer_state(state: dict | None) -> str:
         parts.append(f"{state['window']:,}-token windows on {state['window_layers']}")
     if state.get("conv_layers"):
         parts.append(plural(state["conv_layers"], "conv carry", "conv carries"))
+    if state.get("delta_layers"):
+        parts.append(plural(state["delta_layers"], "delta-rule state"))
     return ", ".join(parts)
 
 

@@ -12,15 +12,21 @@ fixtures in tests/fixtures/vocab/ (scripts/make_vocab_fixtures.py), so `channel 
 it end to end. Weights are random, so the text generated is not meant to read well.
 
     .venv/bin/pip install -e '.[reference]'
-    .venv/bin/python scripts/make_arch_reference.py
+    .venv/bin/python scripts/make_arch_reference.py [--only NAME ...]
+
+--only rewrites the named fixtures and their entries in reference.npz and index.json, and
+keeps every other entry as it is (a new fixture need not regenerate the others).
 
 transformers' GGUF loader does not read everything: it ignores `rope_freqs` (Llama 3
 scaling), linear RoPE scaling and Qwen3's key_length. Those are given to it explicitly below
 (HF_CONFIG), from the same values the GGUF was written with; nothing is fetched from a hub.
+It does not read qwen35 at all: scripts/qwen35_reference.py builds transformers' qwen3_5 over
+the GGUF's weights instead.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import io
 import json
@@ -40,6 +46,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from engine.model.architecture import CONV, FULL  # noqa: E402
+from scripts.qwen35_reference import qwen35_model  # noqa: E402
 from tests.tiny_model import (  # noqa: E402
     LLAMA3_SCALING,
     TinySpec,
@@ -48,6 +55,7 @@ from tests.tiny_model import (  # noqa: E402
     lfm2_tokenizer,
     write_tiny_gguf,
 )
+from tests.tiny_qwen35 import qwen35_tokenizer  # noqa: E402
 
 OUT = REPO / "tests" / "fixtures" / "arch"
 VOCAB = REPO / "tests" / "fixtures" / "vocab"
@@ -83,6 +91,13 @@ FIXTURES: dict[str, tuple[TinySpec, str, dict]] = {
     "lfm2": (TinySpec(architecture="lfm2", n_layers=4, layer_kinds=(CONV, CONV, FULL, CONV),
                       conv_kernel=3, rope_theta=1e6, tied=False), "lfm2",
              {"tie_word_embeddings": False}),
+    # Three gated delta-net layers to one gated-query attention layer (QK-norm, RoPE on 8 of
+    # each head's 32 dims), as Qwen3.5 lays them out; four value heads tiled over two key
+    # heads, so the GGUF's head order is exercised; an MTP block after the trunk, ignored.
+    # Untied, as the lfm2 fixture is (Qwen3.5 0.8B-4B tie theirs).
+    "qwen35": (TinySpec(architecture="qwen35", n_layers=4, head_dim=32, rope_dim=8,
+                        rope_theta=1e7, conv_kernel=4, delta_heads=(2, 4, 16), nextn=1,
+                        tied=False), "qwen35", {}),
 }
 # Fixtures added later keep their seed wherever they sit in FIXTURES (the first six: their
 # position), so that adding another never changes their bytes.
@@ -104,7 +119,7 @@ PHI3 = ("{% for m in messages %}{{ '<|' + m['role'] + '|>\\n' + m['content'] + '
 TEMPLATES = {"llama-bpe": LLAMA3, "llama-spm": MISTRAL, "qwen2": CHATML, "phi-3": PHI3}
 # Vocabularies made from another fixture's (no such vocabulary can be fetched offline).
 DERIVED_VOCABULARIES = {"gemma3": ("llama-spm", gemma_tokenizer),
-                        "lfm2": ("qwen2", lfm2_tokenizer)}
+                        "lfm2": ("qwen2", lfm2_tokenizer), "qwen35": ("qwen2", qwen35_tokenizer)}
 WEIGHT_TYPE = QT.Q8_0  # quantized like real files; both sides dequantize with gguf-py
 
 
@@ -135,8 +150,9 @@ def hf_model(path: Path, patch: dict) -> torch.nn.Module:
 
 
 @torch.no_grad()
-def reference(path: Path, patch: dict, vocab: int, seed: int) -> dict[str, np.ndarray]:
-    model = hf_model(path, patch)
+def reference(path: Path, patch: dict, vocab: int, seed: int,
+              architecture: str) -> dict[str, np.ndarray]:
+    model = qwen35_model(path) if architecture == "qwen35" else hf_model(path, patch)
     rng = np.random.default_rng(seed)
     ids = rng.integers(0, vocab, N_INPUT)
     logits = model(torch.tensor(ids[None])).logits[0].numpy()  # (N_INPUT, vocab)
@@ -168,10 +184,19 @@ def save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", choices=sorted(FIXTURES), default=None)
+    only = parser.parse_args().only
     OUT.mkdir(parents=True, exist_ok=True)
     arrays: dict[str, np.ndarray] = {}
     index: dict[str, dict] = {}
+    if only:  # keep the other fixtures' entries as they are
+        with np.load(OUT / "reference.npz") as kept:
+            arrays = {k: kept[k] for k in kept.files if k.split("/")[0] not in only}
+        index = json.loads((OUT / "index.json").read_text())["fixtures"]
     for position, (name, (spec, vocab_kind, patch)) in enumerate(FIXTURES.items()):
+        if only and name not in only:
+            continue
         seed = SEEDS.get(name, position)
         spec = TinySpec(**{**spec.__dict__, "tensor_type": WEIGHT_TYPE, "seed": seed,
                            "context_length": 128})
@@ -190,7 +215,7 @@ def main() -> None:
         write_tiny_gguf(path, spec, tokenizer=tokenizer)
         from engine.model.gguf_file import open_model
         vocab = open_model(path).config.vocab_size
-        for key, value in reference(path, patch, vocab, seed).items():
+        for key, value in reference(path, patch, vocab, seed, spec.architecture).items():
             arrays[f"{name}/{key}"] = value
         index[name] = {"architecture": spec.architecture, "vocabulary": vocab_kind,
                        "vocab_size": vocab, "bytes": path.stat().st_size, "hf_config": patch}

@@ -98,6 +98,10 @@ class Geometry:
     # taps. (): every layer attends.
     attention_layers: tuple[int, ...] = ()
     conv_kernel: int = 3
+    # Qwen3.5's gated delta-net layers (three to each attention layer, conv_kernel taps):
+    # (key heads, value heads, head width); (): none. rope_dim: RoPE's dims of each head.
+    delta_heads: tuple[int, ...] = ()
+    rope_dim: int = 0
 
     @property
     def layer_kinds(self) -> tuple[str, ...]:
@@ -129,6 +133,11 @@ PRESETS: dict[str, Geometry] = {
                           attention_layers=(2, 5, 8, 10, 12, 14)),
     "lfm2-1.2b": Geometry(16, 2048, 32, 8, 8192, 32768, 1e6, 1e-5, "Q4_0", "lfm2",
                           attention_layers=(2, 5, 8, 10, 12, 14)),
+    # Qwen3.5 0.8B's shape: 24 layers, three gated delta-net layers (16 key and 16 value
+    # heads of 128, 4 taps) to one attention layer (8 query heads of 256 with their gates,
+    # 2 K/V heads, RoPE on 64 dims); its 248k vocabulary is not copied either.
+    "qwen3.5-0.8b": Geometry(24, 1024, 8, 2, 3584, 262144, 1e7, 1e-6, "Q4_0", "qwen35", 256,
+                             conv_kernel=4, delta_heads=(16, 16, 128), rope_dim=64),
 }
 DEFAULT = PRESETS["tiny"]
 
@@ -138,7 +147,7 @@ class Tensor:
     name: str
     shape: tuple[int, ...]  # numpy order: (rows, row length)
     qtype: QT
-    kind: str  # "norm" (all ones) or "matrix" (random normal)
+    kind: str  # "norm" (ones), "bias" (zeros), "decay" (-1: ssm_a) or "matrix" (random normal)
 
 
 def log(message: str) -> None:
@@ -177,16 +186,18 @@ def tensor_plan(geo: Geometry, n_vocab: int, embd_type: QT, untied: bool) -> lis
     spec = TinySpec(n_layers=geo.layers, d_model=geo.d_model, n_heads=geo.heads,
                     n_kv_heads=geo.kv_heads, ffn_dim=geo.ffn, architecture=geo.arch,
                     tied=not untied, head_dim=geo.head_dim, layer_kinds=geo.layer_kinds,
-                    conv_kernel=geo.conv_kernel)
+                    conv_kernel=geo.conv_kernel, delta_heads=geo.delta_heads or (2, 4, 16))
     plan = []
     for name, shape in tensor_shapes(spec, n_vocab).items():
         if len(shape) == 1:  # norms are ones, biases zeros; F32 as converters write them
             kind = "bias" if name.endswith(".bias") else "norm"
+            if name.endswith(".ssm_a"):  # -exp(A_log): a decay rate, so negative
+                kind = "decay"
             plan.append(Tensor(name, shape, QT.F32, kind))
             continue
         qtype = embd_type if name in ("token_embd.weight", "output.weight") else want
-        if name.endswith("shortconv.conv.weight"):  # taps stay F32, as converters write them
-            qtype = QT.F32                          # (ggml's ssm_conv reads only F32)
+        if name.endswith(("shortconv.conv.weight", "ssm_conv1d.weight")):  # taps stay F32,
+            qtype = QT.F32  # as converters write them (ggml's ssm_conv reads only F32)
         plan.append(Tensor(name, shape, matrix_type(qtype, shape[1], noted), "matrix"))
     return plan
 
@@ -240,8 +251,9 @@ def encode(values: np.ndarray, qtype: QT) -> np.ndarray:
 
 def chunks(t: Tensor, rng: np.random.Generator) -> Iterator[np.ndarray]:
     """The tensor's f32 values, a bounded number of rows at a time."""
-    if t.kind in ("norm", "bias"):
-        yield (np.ones if t.kind == "norm" else np.zeros)(t.shape, dtype=np.float32)
+    if t.kind in ("norm", "bias", "decay"):
+        value = {"norm": 1.0, "bias": 0.0, "decay": -1.0}[t.kind]
+        yield np.full(t.shape, value, dtype=np.float32)
         return
     rows, cols = t.shape
     step = max(1, CHUNK_ELEMENTS // cols)
@@ -304,7 +316,17 @@ def write_gguf(
         writer.add_head_count_kv(geo.kv_heads)
     writer.add_rope_freq_base(geo.rope_theta)
     writer.add_layer_norm_rms_eps(geo.rms_eps)
-    writer.add_rope_dimension_count(head_dim)
+    writer.add_rope_dimension_count(geo.rope_dim or head_dim)
+    if geo.delta_heads:  # llama.cpp's LLM_KV_SSM_* keys, as its qwen35 converter writes them
+        k_heads, v_heads, width = geo.delta_heads
+        writer.add_ssm_conv_kernel(geo.conv_kernel)
+        writer.add_ssm_state_size(width)
+        writer.add_ssm_group_count(k_heads)
+        writer.add_ssm_time_step_rank(v_heads)
+        writer.add_ssm_inner_size(v_heads * width)
+        writer.add_full_attention_interval(4)
+        pairs = (geo.rope_dim or head_dim) // 2  # llama.cpp requires MRoPE's sections
+        writer.add_rope_dimension_sections([pairs - 2 * (pairs // 3), pairs // 3, pairs // 3, 0])
     if geo.head_dim:
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)

@@ -21,12 +21,12 @@ from engine.model.architecture import (
     FULL,
     WINDOW,
     query_scale,
-    support_problem,
 )
 from engine.model.catalog import scan
 from engine.model.catalog_sources import Roots
 from engine.model.config import ModelConfig
 from engine.model.model import load_model
+from engine.model.support import support_problem
 from engine.session.session import Session
 from engine.session.transcript import Transcript
 from engine.state.arena import conversation_layout

@@ -1,5 +1,6 @@
 """A warm boot of a hybrid session gives the same next reply as the process that saved it
-(issue 27): the window planes and conv carries come back exactly, on numpy and on ggml."""
+(issue 27): the window planes, conv carries and delta-rule states come back exactly, on
+numpy and on ggml."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def backend(name: str):
     return GgmlBackend()
 
 
-@pytest.mark.parametrize("fixture", ["gemma3", "lfm2"])
+@pytest.mark.parametrize("fixture", ["gemma3", "lfm2", "qwen35"])
 @pytest.mark.parametrize("backend_name", ["numpy", "ggml"])
 def test_the_next_reply_after_a_warm_boot_is_the_saving_process_s(fixture, backend_name,
                                                                  tmp_path) -> None:

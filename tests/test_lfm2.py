@@ -19,12 +19,13 @@ import pytest
 from engine.backends import problems_running
 from engine.backends.ggml.lib import available as ggml_available
 from engine.conversation import Conversation
-from engine.model.architecture import ARCHITECTURES, CONV, FULL, support_problem
+from engine.model.architecture import ARCHITECTURES, CONV, FULL
 from engine.model.catalog import scan
 from engine.model.catalog_sources import Roots
 from engine.model.gguf_file import open_model
 from engine.model.model import load_model
 from engine.model.pretokenizers import pre_tokenizer_spec
+from engine.model.support import support_problem
 from engine.session.session import Session
 from engine.state.ring_policy import RingPolicy
 

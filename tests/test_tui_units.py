@@ -170,4 +170,9 @@ def test_a_hybrid_model_says_what_each_kind_of_layer_keeps() -> None:
     assert fmt.phase_line(event) == ("ring 4,096 slots on 3 global layers, 512-token windows "
                                      "on 15, 2 conv carries (25 MB K/V, 16 MB in the other "
                                      "layers)")
+    qwen35 = {"ring_slots": 4096, "kv_bytes": 8_000_000, "layer_state": {
+        "ring_layers": 6, "window_layers": 0, "window": 0, "conv_layers": 0,
+        "delta_layers": 18, "plane_bytes": 19_000_000}}
+    assert fmt.phase_line(qwen35) == ("ring 4,096 slots on 6 global layers, 18 delta-rule "
+                                      "states (8.0 MB K/V, 19 MB in the other layers)")
     assert "global" not in fmt.phase_line({"ring_slots": 4096})

@@ -7,7 +7,7 @@ real tokenizer and chat-template code paths run on it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,8 @@ import gguf
 import numpy as np
 from gguf import GGMLQuantizationType as QT
 
-from engine.model.architecture import ARCHITECTURES, CONV
+from engine.model.architecture import ARCHITECTURES, CONV, layer_kinds
+from engine.model.delta_net import delta_tensor_shapes
 
 CHATML = (
     "{% for message in messages %}"
@@ -50,6 +51,14 @@ class TinySpec:
     # 0 for a CONV layer, with shortconv.l_cache = conv_kernel. (): every layer attends.
     layer_kinds: tuple[str, ...] = ()
     conv_kernel: int = 3
+    # Qwen3.5's DELTA layers: (key heads, value heads, head width) and the layers between
+    # attention layers (written as full_attention_interval; 0: the architecture's), with
+    # ssm.conv_kernel = conv_kernel. rope_dim: RoPE on the first rope_dim dims of each head
+    # (0: all). nextn: multi-token-prediction blocks appended after the trunk.
+    delta_heads: tuple[int, int, int] = (2, 4, 16)
+    delta_interval: int = 0
+    rope_dim: int = 0
+    nextn: int = 0
 
     @property
     def hd(self) -> int:
@@ -168,10 +177,21 @@ def tensor_shapes(spec: TinySpec, vocab: int) -> dict[str, tuple[int, ...]]:
         "token_embd_norm.weight": (d,), "shortconv.in_proj.weight": (3 * d, d),
         "shortconv.conv.weight": (d, spec.conv_kernel), "shortconv.out_proj.weight": (d, d),
     }
-    names = arch.model_tensors(spec.n_layers, spec.tied, spec.rope_freq_factors,
-                               spec.layer_kinds)
-    return {name: by_role[name.split(".", 2)[-1] if name.startswith("blk.") else name]
-            for name in names}
+    if arch.gated_query:  # a gate row per query row, interleaved per head
+        by_role["attn_q.weight"] = (2 * q, d)
+    if arch.delta_interval:
+        by_role.update(delta_tensor_shapes(d, *spec.delta_heads, spec.conv_kernel))
+    kinds = spec.layer_kinds or layer_kinds(arch, spec.n_layers, 0, (), spec.delta_interval)
+    names = arch.model_tensors(spec.n_layers, spec.tied, spec.rope_freq_factors, kinds)
+    shapes = {name: by_role[name.split(".", 2)[-1] if name.startswith("blk.") else name]
+              for name in names}
+    for i in range(spec.n_layers, spec.n_layers + spec.nextn):  # MTP blocks: never read
+        shapes |= {name.replace("blk.0.", f"blk.{i}."): shape for name, shape in
+                   tensor_shapes(replace(spec, n_layers=1, nextn=0, delta_interval=1),
+                                 vocab).items() if name.startswith("blk.0.")}
+        shapes |= {f"blk.{i}.nextn.eh_proj.weight": (d, 2 * d),
+                   f"blk.{i}.nextn.enorm.weight": (d,), f"blk.{i}.nextn.hnorm.weight": (d,)}
+    return shapes
 
 
 def write_tiny_gguf(path: Path, spec: TinySpec = TinySpec(),
@@ -183,7 +203,22 @@ def write_tiny_gguf(path: Path, spec: TinySpec = TinySpec(),
     w.add_name(f"tiny-test-{spec.architecture}")
     vocab = _add_tiny_tokenizer(w) if tokenizer is None else tokenizer(w)
     d, f, hd = spec.d_model, spec.ffn_dim, spec.hd
-    w.add_block_count(spec.n_layers)
+    w.add_block_count(spec.n_layers + spec.nextn)
+    if spec.nextn:
+        w.add_uint32(f"{spec.architecture}.nextn_predict_layers", spec.nextn)
+    if ARCHITECTURES.get(spec.architecture, ARCHITECTURES["llama"]).delta_interval:
+        k_heads, v_heads, head = spec.delta_heads
+        w.add_ssm_conv_kernel(spec.conv_kernel)
+        w.add_ssm_state_size(head)
+        w.add_ssm_group_count(k_heads)
+        w.add_ssm_time_step_rank(v_heads)
+        w.add_ssm_inner_size(v_heads * head)
+        if spec.delta_interval:
+            w.add_full_attention_interval(spec.delta_interval)
+        # llama.cpp requires the MRoPE sections (text positions make them all alike): its
+        # converter's default split of the rotated pairs.
+        pairs = (spec.rope_dim or hd) // 2
+        w.add_rope_dimension_sections([pairs - 2 * (pairs // 3), pairs // 3, pairs // 3, 0])
     w.add_context_length(spec.context_length)
     w.add_embedding_length(d)
     w.add_feed_forward_length(f)
@@ -204,18 +239,21 @@ def write_tiny_gguf(path: Path, spec: TinySpec = TinySpec(),
     if spec.sliding_window:
         w.add_sliding_window(spec.sliding_window)
     w.add_layer_norm_rms_eps(1e-5)
-    w.add_rope_dimension_count(hd)
+    w.add_rope_dimension_count(spec.rope_dim or hd)
     w.add_vocab_size(vocab)
 
     def add(name: str, shape: tuple[int, ...]) -> None:
         if name == "rope_freqs.weight":
             w.add_tensor(name, llama3_rope_factors(hd, spec.rope_theta))
             return
+        if name.endswith(".ssm_a"):  # -exp(A_log): a decay rate, negative
+            w.add_tensor(name, -(0.5 + rng.random(shape)).astype(np.float32))
+            return
         if len(shape) == 1:  # norms near 1, biases near 0; always F32, as converters write
             base = 0.0 if name.endswith(".bias") else 1.0
             w.add_tensor(name, (base + 0.1 * rng.standard_normal(shape)).astype(np.float32))
             return
-        if name.endswith("shortconv.conv.weight"):  # F32 too: rows of conv_kernel taps
+        if name.endswith(("shortconv.conv.weight", "ssm_conv1d.weight")):  # F32: rows of taps
             w.add_tensor(name, (0.3 * rng.standard_normal(shape)).astype(np.float32))
             return
         scale = 0.5 if name == "token_embd.weight" else 0.08

@@ -5,7 +5,7 @@ feed-forward, residual adds after each) with rotary positions and grouped-query 
 What differs between architectures is listed here, in the spirit of gguf-py's MODEL_TENSORS:
 the config, the weight loaders, every backend's forward pass and the snapshot identity read
 this table rather than testing architecture names. A GGUF that needs anything the table does
-not describe is refused with one line naming what is missing (`support_problem`).
+not describe is refused with one line naming what is missing (support.py's `support_problem`).
 
 Each backend declares the features (FEATURES below) its forward pass implements;
 `backend_problem` says why a backend cannot run a model, for the backend choice, `channel
@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 # Layer kinds live in layer_kinds.py; they are named here too, where most modules look.
-from .layer_kinds import CONV, FULL, WINDOW, layer_kinds, layer_kv_heads
+from .delta_net import DELTA_TENSORS
+from .layer_kinds import CONV, DELTA, FULL, WINDOW, layer_kinds, layer_kv_heads, trunk_layers
 from .layer_kinds import LAYER_KINDS as LAYER_KINDS
 from .layer_kinds import swa_layer_kinds as swa_layer_kinds
 
@@ -62,12 +63,22 @@ class Architecture:
     # short-convolution blocks (CONV), as in LFM2: see SHORT_CONV_TENSORS.
     conv_layers: bool = False
     output_norm: str = "output_norm"  # the final norm's tensor (LFM2's: token_embd_norm)
+    # Qwen3.5's gated query: attn_q makes, per head, the query then as many gate rows; the
+    # attention output is multiplied by sigmoid(gate) before attn_output.
+    gated_query: bool = False
+    # RoPE may rotate only the first `rope.dimension_count` dims of each head (Qwen3.5: 64
+    # of 256), split-half within them; the rest pass through.
+    partial_rotary: bool = False
+    # Layers laid out as llama.cpp's qwen35: every n-th layer attends (FULL), the others are
+    # gated delta-net layers (DELTA: see delta_net.py). 0: no such layers.
+    delta_interval: int = 0
+    ffn_norm: str = "ffn_norm"  # the norm before the feed-forward (Qwen3.5's: post_attention_norm)
 
     def layer_tensors(self, i: int, kind: str = FULL) -> list[str]:
         """The GGUF tensors layer i, of state kind `kind`, must have, and the only ones it
         may have."""
         blk = f"blk.{i}."
-        names = ["attn_norm.weight", "attn_output.weight", "ffn_norm.weight",
+        names = ["attn_norm.weight", "attn_output.weight", f"{self.ffn_norm}.weight",
                  "ffn_down.weight", "ffn_up.weight"]
         names += ["attn_qkv.weight"] if self.fused_qkv else [
             "attn_q.weight", "attn_k.weight", "attn_v.weight"]
@@ -82,6 +93,9 @@ class Architecture:
         if kind == CONV:  # the short convolution takes attention's place; attn_norm stays
             names = [n for n in names if n == "attn_norm.weight" or not n.startswith("attn_")]
             names += SHORT_CONV_TENSORS
+        if kind == DELTA:  # the gated delta net takes attention's place
+            names = [n for n in names if n == "attn_norm.weight" or not n.startswith("attn_")]
+            names += DELTA_TENSORS
         return [blk + name for name in names]
 
     def model_tensors(self, n_layers: int, tied: bool, has_rope_freqs: bool,
@@ -124,26 +138,13 @@ ARCHITECTURES: dict[str, Architecture] = {
         # LLM_TENSOR_OUTPUT_NORM_LFM2, "fix for wrong tensor name").
         Architecture("lfm2", SPLIT_HALF, qk_norm=True, conv_layers=True,
                      output_norm="token_embd_norm"),
+        # Qwen3.5 (0.8B-27B, dense; text only): three gated delta-net layers to one gated-query
+        # attention layer with QK-norm and partial rotary; the norm before the feed-forward
+        # is named post_attention_norm. MTP blocks (nextn_predict_layers) are ignored.
+        Architecture("qwen35", SPLIT_HALF, qk_norm=True, gated_query=True, partial_rotary=True,
+                     delta_interval=4, ffn_norm="post_attention_norm"),
     )
 }
-
-# Architectures people will try, and what keeps each out, so the refusal says why.
-NOT_YET: dict[str, str] = {
-    "gemma": "Gemma 1's block is not checked against a reference (Gemma 3 is supported)",
-    "gemma2": "logit soft-capping on attention and output is not implemented",
-    "lfm2moe": "mixture-of-experts layers are not implemented",
-    "mistral3": "the Mistral 3 vision-language layout is not implemented",
-    "phi2": "partial rotary and biased LayerNorm are not implemented",
-    "qwen2moe": "mixture-of-experts layers are not implemented",
-    "qwen3moe": "mixture-of-experts layers are not implemented",
-}
-
-# RoPE scaling types (`<arch>.rope.scaling.type`) the forward passes implement. "linear"
-# divides positions by the factor; Llama 3's scaling comes as a rope_freqs tensor instead.
-ROPE_SCALING_TYPES = ("none", "linear")
-# A window at least this long never slides inside a default ring (RingPolicy's max_slots);
-# a longer ring asked for is capped at the window (RingPolicy.for_model).
-SLIDING_WINDOW_IGNORED_FROM = 4096
 
 Metadata = Callable[[str], Any]  # key -> value or None
 
@@ -163,14 +164,18 @@ FEATURES: dict[str, str] = {
     "geglu": "GeGLU",
     "embed_scale": "embedding scaling",
     "conv_layers": "short-convolution layers",
+    "gated_query": "gated queries",
+    "partial_rotary": "partial rotary",
+    "delta_layers": "gated delta-net layers",
 }
 ALL_FEATURES = frozenset(FEATURES)
 
 
 def needed_features(arch: Architecture, q_dim: int, d_model: int,
-                    window_layers: bool = False, conv_layers: bool = False) -> frozenset[str]:
-    """The FEATURES a model of `arch` with this geometry (and WINDOW or CONV layers, if it
-    has them) needs of a forward pass."""
+                    window_layers: bool = False, conv_layers: bool = False,
+                    delta_layers: bool = False, partial_rotary: bool = False) -> frozenset[str]:
+    """The FEATURES a model of `arch` with this geometry (WINDOW, CONV or DELTA layers, if
+    it has them; RoPE on part of each head) needs of a forward pass."""
     needs = {
         "split_half_rope": arch.rope_style == SPLIT_HALF,
         "qkv_bias": arch.qkv_bias,
@@ -183,6 +188,9 @@ def needed_features(arch: Architecture, q_dim: int, d_model: int,
         "geglu": arch.geglu,
         "embed_scale": arch.embed_scale,
         "conv_layers": conv_layers,
+        "gated_query": arch.gated_query,
+        "partial_rotary": partial_rotary,
+        "delta_layers": delta_layers,
     }
     return frozenset(name for name, needed in needs.items() if needed)
 
@@ -206,16 +214,21 @@ def metadata_features(get: Metadata) -> frozenset[str]:
     name = get("general.architecture")
     heads, d_model = get(f"{name}.attention.head_count"), get(f"{name}.embedding_length")
     head_dim = get(f"{name}.attention.key_length") or (d_model // heads if heads else 0)
-    kinds = metadata_layer_kinds(get, int(get(f"{name}.block_count") or 0))
+    rope_dim = get(f"{name}.rope.dimension_count") or head_dim
+    kinds = metadata_layer_kinds(get)
     return needed_features(ARCHITECTURES[name], (heads or 0) * head_dim, d_model or 0,
-                           WINDOW in kinds, CONV in kinds)
+                           WINDOW in kinds, CONV in kinds, DELTA in kinds, rope_dim < head_dim)
 
 
-def metadata_layer_kinds(get: Metadata, n_layers: int) -> tuple[str, ...]:
-    """layer_kinds of a GGUF from its metadata."""
+def metadata_layer_kinds(get: Metadata, n_layers: int | None = None) -> tuple[str, ...]:
+    """layer_kinds of a GGUF from its metadata, over its trunk's layers (trunk_layers)
+    unless n_layers is given."""
     name = get("general.architecture")
+    n_layers = trunk_layers(get) if n_layers is None else n_layers
     window = int(get(f"{name}.attention.sliding_window") or 0)
-    return layer_kinds(ARCHITECTURES[name], n_layers, window, layer_kv_heads(get, n_layers))
+    interval = get(f"{name}.full_attention_interval")
+    return layer_kinds(ARCHITECTURES[name], n_layers, window, layer_kv_heads(get, n_layers),
+                       interval if isinstance(interval, int) else 0)
 
 
 def query_scale(arch: Architecture, n_layers: int, d_model: int, n_heads: int,
@@ -224,81 +237,3 @@ def query_scale(arch: Architecture, n_layers: int, d_model: int, n_heads: int,
     if n_layers in arch.width_scaled_queries_at:
         return 1.0 / math.sqrt(d_model // n_heads)
     return 1.0 / math.sqrt(head_dim)
-
-
-def supported_names() -> str:
-    return ", ".join(ARCHITECTURES)
-
-
-def support_problem(get: Metadata, tensor_names: Collection[str]) -> str | None:
-    """Why Channel cannot run a GGUF with this metadata and these tensors, or None.
-
-    Reads metadata and tensor names only, so the model catalog can call it on headers.
-    """
-    name = get("general.architecture")
-    if name not in ARCHITECTURES:
-        why = NOT_YET.get(str(name), f"supported: {supported_names()}")
-        return f"architecture {name!r} is not supported ({why})"
-    arch = ARCHITECTURES[name]
-    numbers = {}
-    for key, default in (("expert_count", 0), ("rope.scaling.factor", 0.0),
-                         ("rope.scaling.attn_factor", 1.0), ("attention.sliding_window", 0),
-                         ("block_count", 0), ("attn_logit_softcapping", 0.0),
-                         ("final_logit_softcapping", 0.0)):
-        value = get(f"{name}.{key}")
-        if value is not None and (isinstance(value, bool) or
-                                  not isinstance(value, (int, float))):
-            return f"{name}: metadata '{name}.{key}' is not a number ({value!r:.40})"
-        numbers[key] = default if value is None else value
-    if numbers["expert_count"] > 0:
-        return f"{name}: mixture-of-experts layers are not implemented"
-    scaling = get(f"{name}.rope.scaling.type") or "none"
-    if scaling not in ROPE_SCALING_TYPES and numbers["rope.scaling.factor"] not in (0.0, 1.0):
-        return f"{name}: RoPE scaling {scaling!r} is not implemented"
-    if numbers["rope.scaling.attn_factor"] != 1.0:
-        return (f"{name}: RoPE attention factor {numbers['rope.scaling.attn_factor']} "
-                f"is not implemented")
-    if numbers["attn_logit_softcapping"] or numbers["final_logit_softcapping"]:
-        return f"{name}: logit soft-capping is not implemented"
-    window = numbers["attention.sliding_window"]
-    # Architectures with a sliding-window pattern (or LFM2's) run windows as WINDOW layers.
-    runs_windows = arch.ignores_sliding_window or arch.swa_pattern > 0 or arch.conv_layers
-    if 0 < window < SLIDING_WINDOW_IGNORED_FROM and not runs_windows:
-        # Rebase keeps every position in the ring within the ring's length of the newest.
-        return f"{name}: sliding-window attention ({window} tokens) is not implemented"
-    names = set(tensor_names)
-    if any(n.startswith("rope_factors_") or ".rope_factors_" in n for n in names):
-        return f"{name}: LongRoPE (rope_factors_long/short) is not implemented"
-    if "rope_freqs.weight" in names and not arch.rope_freq_factors:
-        return f"{name}: per-frequency RoPE factors are not implemented for this architecture"
-    n_layers = int(numbers["block_count"])
-    if n_layers <= 0:
-        return f"{name}: metadata lacks '{name}.block_count'"
-    try:
-        kv_heads = layer_kv_heads(get, n_layers)
-    except ValueError as exc:
-        return f"{name}: {exc}"
-    if len(set(kv_heads) - {0}) > 1:
-        return (f"{name}: attention layers with different K/V head counts "
-                f"({', '.join(map(str, sorted(set(kv_heads) - {0})))}) are not implemented")
-    if 0 in kv_heads and not arch.conv_layers:
-        return f"{name}: layers without K/V heads are not implemented"
-    kinds = layer_kinds(arch, n_layers, int(window), kv_heads)
-    if kinds and FULL not in kinds:  # the ring would hold no layer's keys
-        others = [f"{kinds.count(kind)} {what} layers" for kind, what in (
-            (WINDOW, "sliding-window"), (CONV, "short-convolution")) if kind in kinds]
-        return f"{name}: {', '.join(others)} and no global one are not implemented"
-    kernel = get(f"{name}.shortconv.l_cache")
-    if CONV in kinds and (not isinstance(kernel, int) or isinstance(kernel, bool) or kernel < 2):
-        return f"{name}: metadata '{name}.shortconv.l_cache' is not a kernel length ({kernel!r})"
-    expected = arch.model_tensors(n_layers, "output.weight" not in names,
-                                  "rope_freqs.weight" in names, kinds)
-    missing = [n for n in expected if n not in names]
-    if missing:
-        return f"{name}: missing tensor {missing[0]!r}" + (
-            f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
-    unknown = sorted(names - set(expected))
-    if unknown:
-        return (f"{name}: tensor {unknown[0]!r} is not part of {name} as Channel implements "
-                f"it (a feature the architecture table lacks)")
-    return None

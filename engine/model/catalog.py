@@ -21,7 +21,7 @@ from pathlib import Path
 from gguf import GGMLQuantizationType
 
 from ..errors import ModelError
-from .architecture import metadata_features, metadata_layer_kinds, support_problem
+from .architecture import metadata_features, metadata_layer_kinds
 from .catalog_sources import Found, Roots, find_ggufs
 from .chat_template import ChatTemplate, ChatTemplateError
 from .display_name import display_name, quant_label
@@ -30,6 +30,7 @@ from .gguf_file import SUPPORTED_TENSOR_TYPES
 from .gguf_header import GGUFHeader, GGUFHeaderError, read_header
 from .layer_kinds import layer_summary
 from .pretokenizers import pre_tokenizer_spec
+from .support import support_problem
 from .vocab import UnsupportedTokenizerError
 
 SUPPORTED = "supported"
@@ -126,7 +127,7 @@ def hybrid_layers(header: GGUFHeader) -> str:
     if not isinstance(n_layers, int):
         return ""
     window = header.get(f"{arch}.attention.sliding_window")
-    return layer_summary(metadata_layer_kinds(header.get, n_layers),
+    return layer_summary(metadata_layer_kinds(header.get),
                          window if isinstance(window, int) else 0)
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from .architecture import (
     ARCHITECTURES,
     CONV,
+    DELTA,
     FULL,
     LAYER_KINDS,
     WINDOW,
@@ -41,6 +42,12 @@ class ModelConfig:
     window: int = 0  # WINDOW layers see the newest `window` tokens (Gemma 3: 512)
     conv_kernel: int = 0  # CONV layers: the short convolution's length (LFM2's L_cache, 3)
     rope_theta_window: float = 0.0  # WINDOW layers' RoPE base, where it differs (Gemma 3)
+    rope_dim: int = 0  # dims of each head RoPE rotates (0: all; Qwen3.5: 64 of 256)
+    # DELTA layers (Qwen3.5's gated delta net, model/delta_net.py): key heads, value heads and
+    # their common width; conv_kernel is their convolution's taps.
+    delta_k_heads: int = 0
+    delta_v_heads: int = 0
+    delta_head_dim: int = 0
 
     def __post_init__(self) -> None:
         if self.layer_kinds and len(self.layer_kinds) != self.n_layers:
@@ -52,6 +59,13 @@ class ModelConfig:
             raise ValueError("window layers need a window of at least one token")
         if CONV in self.layer_kinds and self.conv_kernel < 2:
             raise ValueError("conv layers need a kernel of at least 2")
+        if DELTA in self.layer_kinds and (self.conv_kernel < 2 or self.delta_k_heads < 1 or
+                                          self.delta_v_heads % self.delta_k_heads or
+                                          self.delta_head_dim < 1):
+            raise ValueError("delta layers need a kernel of at least 2 and value heads a "
+                             "multiple of their key heads")
+        if not 0 <= self.rope_dim <= self.head_dim or self.rope_dim % 2:
+            raise ValueError(f"cannot rotate {self.rope_dim} of a head's {self.head_dim} dims")
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -85,7 +99,23 @@ class ModelConfig:
     def features(self) -> frozenset[str]:
         """What a backend's forward pass must implement to run this model."""
         return needed_features(self.arch, self.q_dim, self.d_model, WINDOW in self.kinds,
-                               CONV in self.kinds)
+                               CONV in self.kinds, DELTA in self.kinds,
+                               self.rotary_dim < self.head_dim)
+
+    @property
+    def rotary_dim(self) -> int:
+        """The leading dims of each head that RoPE rotates."""
+        return self.rope_dim or self.head_dim
+
+    @property
+    def delta_conv_dim(self) -> int:
+        """A DELTA layer's convolved channels: q | k | v."""
+        return (2 * self.delta_k_heads + self.delta_v_heads) * self.delta_head_dim
+
+    @property
+    def delta_inner(self) -> int:
+        """A DELTA layer's value width (its output, and its gate z)."""
+        return self.delta_v_heads * self.delta_head_dim
 
     @property
     def q_scale(self) -> float:
@@ -113,7 +143,9 @@ class ModelConfig:
 
     @property
     def qkv_dim(self) -> int:
-        return self.q_dim + 2 * self.kv_dim
+        """What an attention layer's one projection makes: q | k | v, then the query gate
+        (q_dim more) where the architecture gates its queries."""
+        return self.q_dim * (2 if self.arch.gated_query else 1) + 2 * self.kv_dim
 
     def kv_bytes_per_slot(self, key_itemsize: int, value_itemsize: int) -> int:
         """Bytes one ring slot's keys and values take over the ring's (FULL) layers."""

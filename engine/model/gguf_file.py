@@ -22,14 +22,16 @@ from ..errors import (
 from .architecture import (
     ARCHITECTURES,
     CONV,
+    DELTA,
     WINDOW,
     layer_kv_heads,
     metadata_layer_kinds,
-    support_problem,
+    trunk_layers,
 )
 from .config import ModelConfig
 from .gguf_extent import truncation_problem
 from .gguf_header import GGUFHeaderError, read_header
+from .support import support_problem
 
 GGUF_MAGIC = b"GGUF"
 
@@ -160,16 +162,19 @@ def _config_from_metadata(get, tensors: dict[str, ReaderTensor], path: Path) -> 
     head_dim = int(opt("attention.key_length", d_model // max(n_heads, 1)))
     value_dim = int(opt("attention.value_length", head_dim))
     rope_dim = int(opt("rope.dimension_count", head_dim))
-    if value_dim != head_dim or rope_dim != head_dim:
+    partial = ARCHITECTURES[arch].partial_rotary and 0 < rope_dim < head_dim and rope_dim % 2 == 0
+    if value_dim != head_dim or (rope_dim != head_dim and not partial):
         raise UnsupportedArchitectureError(
             f"{arch}: heads with key {head_dim}, value {value_dim} and rotary {rope_dim} "
             f"dimensions (partial rotary or unequal K/V heads) are not implemented: {path}")
     factor = float(opt("rope.scaling.factor", 0.0))
     linear = opt("rope.scaling.type", "linear") == "linear" and factor not in (0.0, 1.0)
-    n_layers = int(need("block_count"))
+    need("block_count")
+    n_layers = trunk_layers(get)  # blocks past it (Qwen3.5's MTP) are not run
     window = int(opt("attention.sliding_window", 0))
     # Where the architecture runs its window as WINDOW layers, the ring is not capped by it.
     kinds = metadata_layer_kinds(get, n_layers)
+    delta = DELTA in kinds
     # LFM2 gives one K/V head count per layer, 0 for its conv layers (support_problem has
     # checked that the attention layers' agree).
     kv_heads = [n for n in layer_kv_heads(get, n_layers) if n] or [n_heads]
@@ -197,8 +202,13 @@ def _config_from_metadata(get, tensors: dict[str, ReaderTensor], path: Path) -> 
         sliding_window=0 if ARCHITECTURES[arch].ignores_sliding_window or kinds else window,
         layer_kinds=kinds,
         window=window if WINDOW in kinds else 0,
-        conv_kernel=int(need("shortconv.l_cache")) if CONV in kinds else 0,
+        conv_kernel=int(need("shortconv.l_cache")) if CONV in kinds else
+        int(need("ssm.conv_kernel")) if delta else 0,
         rope_theta_window=ARCHITECTURES[arch].swa_rope_base if WINDOW in kinds else 0.0,
+        rope_dim=rope_dim if partial else 0,
+        delta_k_heads=int(need("ssm.group_count")) if delta else 0,
+        delta_v_heads=int(need("ssm.time_step_rank")) if delta else 0,
+        delta_head_dim=int(need("ssm.state_size")) if delta else 0,
     )
     if n_heads <= 0 or config.n_kv_heads <= 0 or config.n_heads % config.n_kv_heads:
         raise UnsupportedArchitectureError(

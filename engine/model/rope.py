@@ -5,6 +5,11 @@ pairs (x[2i], x[2i+1]) ("interleaved"); qwen2, qwen3 and phi3 GGUFs keep HF's la
 rotates x[i] with x[i + d/2] ("split_half"). We keep each GGUF's layout, so keys in the ring are
 bit-compatible with what a backend reading GGUF blocks directly computes.
 
+Partial rotary (Qwen3.5) rotates only the first `rotary_dim` dims of each head, split-half
+within them: pair i is (x[i], x[i + rotary_dim/2]). The tables keep head_dim/2 columns so
+every caller's shapes stay the same; the pairs past rotary_dim/2 get frequency 0 and are never
+touched.
+
 Rotations compose: R(a) R(b) = R(a + b). That is what lets a rebase move a cached key from
 position p to p' by rotating it by p' - p, without the pre-RoPE key. Scaling (linear, or Llama 3's
 per-frequency factors) only changes the frequencies, so it composes the same way.
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 
@@ -33,8 +39,10 @@ def window_rope_config(cfg: ModelConfig) -> ModelConfig:
 def inv_frequencies(cfg: ModelConfig) -> np.ndarray:
     """Radians per position of each rotated pair, (head_dim/2,) float64 so that large
     positions keep their precision: theta^(-2i/d), times the linear scale, over the factors."""
-    half = cfg.head_dim // 2
-    inv = 1.0 / (cfg.rope_theta ** (np.arange(half, dtype=np.float64) * 2.0 / cfg.head_dim))
+    half, rotated = cfg.head_dim // 2, cfg.rotary_dim // 2
+    inv = np.zeros(half, dtype=np.float64)
+    inv[:rotated] = 1.0 / (cfg.rope_theta ** (np.arange(rotated, dtype=np.float64) * 2.0 /
+                                              cfg.rotary_dim))
     inv *= cfg.rope_freq_scale
     if cfg.rope_freq_factors:
         inv /= np.asarray(cfg.rope_freq_factors, dtype=np.float64)
@@ -48,6 +56,8 @@ class RopeTables:
     def __init__(self, cfg: ModelConfig):
         self.inv_freq = inv_frequencies(cfg)  # (half,) float64
         self.rotate: Rotate = rotate_pairs if cfg.arch.rope_style == INTERLEAVED else rotate_halves
+        if cfg.rotary_dim < cfg.head_dim:
+            self.rotate = partial(rotate_leading_halves, pairs=cfg.rotary_dim // 2)
         positions = np.arange(cfg.context_length, dtype=np.float64)
         angles = np.multiply.outer(positions, self.inv_freq)  # transient f64 (ctx, half)
         # Generated straight into the final float32 tables; no f32 or f64 twin is kept.
@@ -82,3 +92,11 @@ def rotate_halves(x: np.ndarray, cos: np.ndarray, sin: np.ndarray,
     """Rotate x's split-half pairs (x[i], x[i + head_dim/2]) in place; arguments as above."""
     half = x.shape[-1] // 2
     _rotate(x[..., :half], x[..., half:], cos, sin, tmp_a, tmp_b)
+
+
+def rotate_leading_halves(x: np.ndarray, cos: np.ndarray, sin: np.ndarray,
+                          tmp_a: np.ndarray, tmp_b: np.ndarray, *, pairs: int) -> None:
+    """Partial rotary: rotate (x[i], x[i + pairs]) for i < pairs in place; the dims from
+    2 * pairs on pass through. Arguments as above; only their first `pairs` columns are read."""
+    _rotate(x[..., :pairs], x[..., pairs : 2 * pairs], cos[..., :pairs], sin[..., :pairs],
+            tmp_a[..., :pairs], tmp_b[..., :pairs])

@@ -31,9 +31,10 @@ from gguf import GGMLQuantizationType, quants
 from ..align import align_up
 from ..errors import ModelError, WeightImageError
 from ..fileio import atomic_output
-from .architecture import CONV
+from .architecture import CONV, DELTA
 from .config import ModelConfig
 from .gguf_file import ModelFile
+from .image_sources import arranged, image_sources
 
 IMAGE_MAGIC = b"CHWI"
 IMAGE_VERSION = 2
@@ -62,6 +63,14 @@ class LayerWeights:
     k_norm: np.ndarray | None = None  # (head_dim,)
     post_attn_norm: np.ndarray | None = None  # (d_model,) where the architecture has post-norms
     post_ffn_norm: np.ndarray | None = None  # (d_model,)
+    # DELTA layers (Qwen3.5's gated delta net, model/delta_net.py), value heads in the GGUF's
+    # (tiled) order:
+    delta_in: np.ndarray | None = None  # (conv_dim + inner + 2*v_heads, d): qkv, z, beta, alpha
+    delta_conv: np.ndarray | None = None  # (conv_dim, conv_kernel): channel c's taps, oldest first
+    delta_dt: np.ndarray | None = None  # (v_heads,) added to alpha before softplus
+    delta_a: np.ndarray | None = None  # (v_heads,) -exp(A_log): the decay's rate
+    delta_norm: np.ndarray | None = None  # (head,) the gated RMSNorm's weight
+    delta_out: np.ndarray | None = None  # (d, inner)
 
 
 @dataclass(frozen=True)
@@ -82,7 +91,15 @@ def image_plan(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     plan["output_norm"] = (d,)
     for i, kind in enumerate(cfg.kinds):
         plan[f"blk.{i}.attn_norm"] = (d,)
-        if kind == CONV:
+        if kind == DELTA:
+            v_heads, inner, conv = cfg.delta_v_heads, cfg.delta_inner, cfg.delta_conv_dim
+            plan[f"blk.{i}.delta_in"] = (conv + inner + 2 * v_heads, d)
+            plan[f"blk.{i}.delta_conv"] = (conv, cfg.conv_kernel)
+            plan[f"blk.{i}.delta_dt"] = (v_heads,)
+            plan[f"blk.{i}.delta_a"] = (v_heads,)
+            plan[f"blk.{i}.delta_norm"] = (cfg.delta_head_dim,)
+            plan[f"blk.{i}.delta_out"] = (d, inner)
+        elif kind == CONV:
             plan[f"blk.{i}.conv_in"] = (3 * d, d)
             plan[f"blk.{i}.conv_weight"] = (d, cfg.conv_kernel)
             plan[f"blk.{i}.conv_out"] = (d, d)
@@ -92,41 +109,15 @@ def image_plan(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
         plan[f"blk.{i}.ffn_norm"] = (d,)
         plan[f"blk.{i}.w_gate_up"] = (2 * f, d)
         plan[f"blk.{i}.w_down"] = (d, f)
-        if cfg.arch.qkv_bias and kind != CONV:
+        if cfg.arch.qkv_bias and kind not in (CONV, DELTA):
             plan[f"blk.{i}.bqkv"] = (cfg.qkv_dim,)
-        if cfg.arch.qk_norm and kind != CONV:
+        if cfg.arch.qk_norm and kind not in (CONV, DELTA):
             plan[f"blk.{i}.q_norm"] = (cfg.head_dim,)
             plan[f"blk.{i}.k_norm"] = (cfg.head_dim,)
         if cfg.arch.post_norms:  # named as in the GGUF
             plan[f"blk.{i}.post_attention_norm"] = (d,)
             plan[f"blk.{i}.post_ffw_norm"] = (d,)
     return plan
-
-
-def _sources(cfg: ModelConfig, name: str) -> list[str]:
-    """The GGUF tensors whose rows, stacked, make image tensor `name`."""
-    arch = cfg.arch
-    blk, _, role = name.rpartition(".")
-    if role == "wqkv":
-        if arch.fused_qkv:
-            return [f"{blk}.attn_qkv.weight"]
-        return [f"{blk}.attn_q.weight", f"{blk}.attn_k.weight", f"{blk}.attn_v.weight"]
-    if role == "bqkv":
-        return [f"{blk}.attn_q.bias", f"{blk}.attn_k.bias", f"{blk}.attn_v.bias"]
-    if role == "w_gate_up":
-        if arch.fused_gate_up:  # already gate rows then up rows
-            return [f"{blk}.ffn_up.weight"]
-        return [f"{blk}.ffn_gate.weight", f"{blk}.ffn_up.weight"]
-    renames = {".wo": ".attn_output.weight", ".w_down": ".ffn_down.weight",
-               ".q_norm": ".attn_q_norm.weight", ".k_norm": ".attn_k_norm.weight",
-               ".conv_in": ".shortconv.in_proj.weight", ".conv_weight": ".shortconv.conv.weight",
-               ".conv_out": ".shortconv.out_proj.weight"}
-    for suffix, gguf_suffix in renames.items():
-        if name.endswith(suffix):
-            return [name[: -len(suffix)] + gguf_suffix]
-    if name == "output_norm":  # LFM2's is token_embd_norm
-        return [f"{arch.output_norm}.weight"]
-    return [name + ".weight"]
 
 
 def _dequantize(model: ModelFile, name: str) -> np.ndarray:
@@ -171,7 +162,8 @@ def build_image(model: ModelFile, dest: Path, progress: Progress | None = None) 
             for name, shape in plan.items():
                 offset = data_off + table[name][0]
                 out = np.frombuffer(m, np.float32, int(np.prod(shape)), offset).reshape(shape)
-                parts = [_dequantize(model, src) for src in _sources(cfg, name)]
+                parts = arranged(cfg, name, [_dequantize(model, src)
+                                             for src in image_sources(cfg, name)])
                 stacked_shape = (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
                 if stacked_shape != shape:
                     raise ModelError(
@@ -264,6 +256,12 @@ def _weights_from_views(cfg: ModelConfig, v: dict[str, np.ndarray]) -> Weights:
             k_norm=v.get(f"blk.{i}.k_norm"),
             post_attn_norm=v.get(f"blk.{i}.post_attention_norm"),
             post_ffn_norm=v.get(f"blk.{i}.post_ffw_norm"),
+            delta_in=v.get(f"blk.{i}.delta_in"),
+            delta_conv=v.get(f"blk.{i}.delta_conv"),
+            delta_dt=v.get(f"blk.{i}.delta_dt"),
+            delta_a=v.get(f"blk.{i}.delta_a"),
+            delta_norm=v.get(f"blk.{i}.delta_norm"),
+            delta_out=v.get(f"blk.{i}.delta_out"),
         )
         for i in range(cfg.n_layers)
     )

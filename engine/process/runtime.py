@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model.architecture import CONV, WINDOW
+from ..model.architecture import CONV, DELTA, WINDOW
 from ..session.alternatives import RESTORES
 from ..session.replay import WITHDRAWS, is_marker, reply_target, retracted_ids, ring_order
 from ..session.session import BootReport, Session
@@ -124,6 +124,7 @@ def ring_size_fields(conv) -> dict:
         fields["layer_state"] = {
             "ring_layers": cfg.n_full, "window_layers": len(cfg.layers_of(WINDOW)),
             "window": cfg.window, "conv_layers": len(cfg.layers_of(CONV)),
+            "delta_layers": len(cfg.layers_of(DELTA)),
             "plane_bytes": sum(int(getattr(views, name).nbytes) for name in conv.ring.planes)}
     return fields
 

@@ -13,6 +13,13 @@ even): for those, the difference a new message makes is the same within a short 
 first message plus the last few with the new one at the same parity. A transcript checks that
 on its first few windowed renders against the full rendering, and only then trusts the
 window; any mismatch, and it renders in full from then on.
+
+Thinking templates (Qwen3, Qwen3.5) open the reply inside a reasoning block (`<think>\n` in
+the generation prompt) and render a past reply otherwise: its reasoning reformatted while it
+is the newest reply, dropped once a later question follows. The ring keeps what was generated,
+reasoning included. After such a reply the transcript follows the template's rendering of the
+history, and a later message's tokens are what the template writes after the reply's closing
+(e.g. `<|im_end|>\n`): everything from the reply's end on (close_assistant, _extension).
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ from ..model.tokenizer import Tokenizer
 from .stream import StreamEvent
 
 TranscriptMark = tuple[int, str, bool]  # messages kept, rendered text, awaiting a reply
+_SENTINEL_REPLY = "QZXREPLYSENTINELQZX"  # stands for a reply, to find what follows one
+THINK_OPENING = "<think>"  # a template that writes it is a thinking template (Qwen3, Qwen3.5)
 WINDOW_FROM = 6  # messages before rendering through a window pays off
 WINDOW_CHECKS = 3  # windowed renders compared with full ones before the window is trusted
 
@@ -57,6 +66,9 @@ class Transcript:
         self.awaiting_reply = False  # the ring ends with the assistant generation prompt
         self.window_ok: bool | None = None  # None: not known yet (see the module's doc)
         self._window_checks = 0
+        # What the template writes after a reply, once a reply was closed on the template's
+        # rendering of the history (a thinking template's): later messages start after it.
+        self._reply_closing: str | None = None
 
     def clear(self) -> None:
         """Forget every message, as a new transcript (a cold rebuild starts from here)."""
@@ -121,17 +133,50 @@ class Transcript:
     def close_assistant(self, content: str) -> list[int]:
         """Record a reply whose tokens are in the ring; return what the template puts after
         its content (e.g. '<|im_end|>\\n' for ChatML)."""
+        opened, awaiting = self.rendered, self.awaiting_reply
         self.messages.append({"role": "assistant", "content": content})
-        body = self._extension(False)
-        self.rendered += body
+        try:
+            body = self._extension(False)
+        except ChatTemplateError:
+            body = None
+        # A template that trims replies (Gemma's `content | trim`) renders them without the
+        # whitespace the ring holds; what it puts after them is still what follows.
+        kept = next((c for c in (content, content.strip()) if body and body.startswith(c)), None)
+        thinking = awaiting and THINK_OPENING in opened
+        if kept is not None:
+            self.rendered += body
+            self.awaiting_reply = False
+            if thinking:  # a later question may still re-render this reply (its reasoning)
+                self._reply_closing = body[len(kept) :]
+            return self.tokenizer.encode(body[len(kept) :])
+        if thinking:  # the history renders the reply its own way (its reasoning)
+            return self._close_reasoned(opened)
+        if body is None:
+            raise ChatTemplateError(
+                "chat template is not prefix-stable: rendering a longer transcript changed "
+                "its beginning, so turns cannot be fed incrementally")
+        raise ChatTemplateError("chat template rewrites assistant replies; cannot replay")
+
+    def _close_reasoned(self, opened: str) -> list[int]:
+        """close_assistant where the generation prompt opened the reply with something the
+        history renders otherwise (a thinking template's `<think>\n`): the tokens the template
+        puts after a reply, found by rendering one that it keeps as it is; the transcript
+        goes on from the history's rendering, as long as that keeps what came before the
+        reply's turn."""
+        history = self.template.render(self.messages, add_generation_prompt=False)
+        before = self.template.render(self.messages[:-1], add_generation_prompt=False)
+        probe = self.template.render(self.messages[:-1] + [
+            {"role": "assistant", "content": _SENTINEL_REPLY}], add_generation_prompt=False)
+        at = probe.find(_SENTINEL_REPLY)
+        if not (history.startswith(before) and opened.startswith(before) and at >= 0):
+            raise ChatTemplateError(
+                "chat template is not prefix-stable: rendering a longer transcript changed "
+                "its beginning, so turns cannot be fed incrementally")
+        self.rendered = history
         self.awaiting_reply = False
-        if not body.startswith(content):
-            # A template that trims replies (Gemma's `content | trim`) renders them without
-            # the whitespace the ring holds; what it puts after them is still what follows.
-            content = content.strip()
-            if not body.startswith(content):
-                raise ChatTemplateError("chat template rewrites assistant replies; cannot replay")
-        return self.tokenizer.encode(body[len(content) :])
+        self.window_ok = False  # the history no longer extends what was fed, message by message
+        self._reply_closing = probe[at + len(_SENTINEL_REPLY) :]
+        return self.tokenizer.encode(self._reply_closing)
 
     def _encode_new(self, text: str, content: str, at_start: bool) -> list[int]:
         """Tokens for rendered `text` holding a message's `content`. The ring's first tokens
@@ -158,6 +203,14 @@ class Transcript:
             if windowed is not None and self.window_ok:
                 return windowed
         text = self.template.render(self.messages, add_generation_prompt=generation_prompt)
+        if not text.startswith(self.rendered) and appended and self._reply_closing:
+            # A thinking template re-rendered a past reply (its reasoning dropped): the new
+            # message starts after the last reply's closing before it.
+            newest = self.messages[-1]["content"]
+            before = text.rfind(newest) if newest else len(text)
+            cut = text.rfind(self._reply_closing, 0, before)
+            if cut >= 0:
+                self.rendered = text[: cut + len(self._reply_closing)]
         if not text.startswith(self.rendered):
             raise ChatTemplateError(
                 "chat template is not prefix-stable: rendering a longer transcript changed "

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..align import ALIGN, align_up
 from ..errors import LayoutError, StaleViewError
-from ..model.architecture import CONV, WINDOW
+from ..model.architecture import CONV, DELTA, WINDOW
 from ..model.config import ModelConfig
 from .layout import ArenaLayout
 from .ring_policy import RingPolicy
@@ -36,7 +36,7 @@ STATE_REGIONS = (
 )
 # The per-layer planes of layers that are not in the ring (present only where a model has
 # such layers). They follow the token stream, not the ring's policy: see add_layer_planes.
-LAYER_PLANES = ("kw_cache", "vw_cache", "conv_state")
+LAYER_PLANES = ("kw_cache", "vw_cache", "conv_state", "delta_conv", "delta_state")
 
 
 def add_layer_planes(lay: ArenaLayout, cfg: ModelConfig, key_dtype: np.dtype | type) -> None:
@@ -46,14 +46,23 @@ def add_layer_planes(lay: ArenaLayout, cfg: ModelConfig, key_dtype: np.dtype | t
     the token the ring's clock stamped c (1, 2, ...) sits in row (c - 1) % window, its key
     rotated (with the window's RoPE base) to the same position as the ring's layers gave it.
     CONV layers keep their short convolution's carry: the last conv_kernel - 1 inputs,
-    oldest first. Neither is evicted or reordered; a rebase re-rotates the window's keys.
+    oldest first. DELTA layers keep their convolution's carry (the last conv_kernel - 1 rows
+    of q | k | v, oldest first) and their delta-rule state: per value head a head x head
+    matrix, transposed (value dim, then key dim, as ggml_gated_delta_net keeps it), in the
+    GGUF's head order. None is evicted or reordered;
+    a rebase re-rotates the window's keys and touches nothing else.
     """
     n_window, n_conv = len(cfg.layers_of(WINDOW)), len(cfg.layers_of(CONV))
+    n_delta = len(cfg.layers_of(DELTA))
     if n_window:
         lay.add("kw_cache", key_dtype, (n_window, cfg.window, cfg.kv_dim))
         lay.add("vw_cache", np.float32, (n_window, cfg.window, cfg.kv_dim))
     if n_conv:
         lay.add("conv_state", np.float32, (n_conv, cfg.conv_kernel - 1, cfg.d_model))
+    if n_delta:
+        hd = cfg.delta_head_dim
+        lay.add("delta_conv", np.float32, (n_delta, cfg.conv_kernel - 1, cfg.delta_conv_dim))
+        lay.add("delta_state", np.float32, (n_delta, cfg.delta_v_heads, hd, hd))
 
 
 def conversation_layout(cfg: ModelConfig, policy: RingPolicy,

@@ -24,7 +24,8 @@ class ArenaTensors:
         layout = arena.layout
         L, S, kv_dim = layout["k_cache"].shape
         self._arena = arena  # keeps the memory alive as long as the tensors
-        planes = sum(layout[name].shape[0] for name in ("kw_cache", "vw_cache", "conv_state")
+        planes = sum(layout[name].shape[0] for name in ("kw_cache", "vw_cache", "conv_state",
+                                                        "delta_conv", "delta_state")
                      if name in layout)
         self._ctx = g.ggml_init(g.ggml_init_params(
             mem_size=(2 * L + planes + 8) * g.ggml_tensor_overhead(), no_alloc=True))
@@ -64,6 +65,19 @@ class ArenaTensors:
             size = layout["conv_state"].nbytes // n_conv
             self.conv_state = tuple(region("conv_state", f32, d_model, taps, offset=i * size)
                                     for i in range(n_conv))
+        # DELTA layers' convolution carries (taps - 1, conv_dim) and delta-rule states
+        # (v_heads, head, head; each head's matrix transposed, as ggml_gated_delta_net keeps it).
+        self.delta_conv: tuple[Tensor, ...] = ()
+        self.delta_state: tuple[Tensor, ...] = ()
+        if "delta_conv" in layout:
+            n_delta, taps, channels = layout["delta_conv"].shape
+            size = layout["delta_conv"].nbytes // n_delta
+            self.delta_conv = tuple(region("delta_conv", f32, channels, taps, offset=i * size)
+                                    for i in range(n_delta))
+            _, heads, head, _ = layout["delta_state"].shape
+            size = layout["delta_state"].nbytes // n_delta
+            self.delta_state = tuple(region("delta_state", f32, head, head, heads, 1,
+                                            offset=i * size) for i in range(n_delta))
         self._mass = region("mass", f32, S)  # attention mass per slot, summed over the pass
         self.logits = region("logits", f32, layout["logits"].shape[0])
         d = layout["p_xn"].shape[1]

@@ -9,7 +9,8 @@ context bucket and then re-run for every token without touching Python-side ggml
 
 A hybrid model's WINDOW layers (Gemma 3) attend over their own circular planes instead of the
 ring, with inputs of their own: the rows the new tokens take (`wslots`) and a mask over the
-plane's rows (`wmask`), as engine/backends/numpy/window.py describes.
+plane's rows (`wmask`), as engine/backends/numpy/window.py describes. CONV layers (LFM2) and
+DELTA layers (Qwen3.5) read and write their carries and states in the arena's planes.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...model.architecture import CONV, FULL, INTERLEAVED, WINDOW
+from ...model.architecture import CONV, DELTA, FULL, INTERLEAVED, WINDOW
 from ...model.config import ModelConfig
 from .arena_tensors import ArenaTensors
+from .attend import Attend
+from .delta_block import DeltaBlocks
 from .hybrid_blocks import HybridBlocks
 from .lib import array_at, data_address, free_with, ggml
 from .weights import GgmlWeights
@@ -92,7 +95,7 @@ def tensor_array(tensor, dtype) -> np.ndarray:
     return array_at(data_address(tensor), dtype, count)
 
 
-class _Builder(HybridBlocks):
+class _Builder(Attend, HybridBlocks, DeltaBlocks):
     """Small blocks in the shape of the numpy forward pass, emitting ggml nodes.
 
     Shape comments are numpy-ordered (slowest dimension first); ggml's `ne` is the reverse.
@@ -105,6 +108,7 @@ class _Builder(HybridBlocks):
         self.w, self.cfg, self.arena = weights, cfg, arena
         self.dequantize = dequantize
         self.inputs: dict[str, object] = {}
+        self.query_gate = None  # set by project_qkv for a gated query
 
     def input(self, name: str, kind: int, *ne: int, constant: bool = False):
         """A tensor the caller fills. The allocator may reuse an input's memory once its last
@@ -146,6 +150,8 @@ class _Builder(HybridBlocks):
                 mass = layer_mass if mass is None else g.ggml_add(self.ctx, mass, layer_mass)
             elif kind == CONV:
                 attn = self.short_conv(plane, lw, x, n_q)
+            elif kind == DELTA:
+                attn = self.delta_net(plane, lw, x, n_q)
             else:
                 attn = self.window_attention(plane, lw, x, positions, n_q)
             x = g.ggml_add(self.ctx, x, self.post_norm(attn, lw.post_attn_norm))
@@ -171,15 +177,18 @@ class _Builder(HybridBlocks):
     def emit(self, t) -> None:
         self.g.ggml_build_forward_expand(self.graph, t)
 
-    def matmul(self, weight, x):
+    def matmul(self, weight, x, *, exact: bool = False):
         """x @ weight.T. For a batch, quantized weights can be expanded to f32 first (one
-        matrix at a time, into reused scratch) so the product runs as an f32 GEMM."""
+        matrix at a time, into reused scratch) so the product runs as an f32 GEMM; `exact`
+        expands them for every pass, so that x is not rounded to 8-bit blocks either (for
+        the few rows whose error an exponential amplifies)."""
         g = self.g
         expand = weight.contents.type != g.GGML_TYPE_F32 and not self.w.is_repacked(weight)
-        if self.dequantize and expand:  # repacked layouts have fast batched kernels already
+        if (self.dequantize or exact) and expand:  # repacked layouts have fast batched kernels
             if "arange" not in self.inputs:  # only a graph that gathers has it
                 cfg = self.cfg
-                widest = max(2 * cfg.ffn_dim, cfg.qkv_dim, cfg.d_model)  # most rows of any
+                widest = max(2 * cfg.ffn_dim, cfg.qkv_dim, cfg.d_model,  # most rows of any
+                             cfg.delta_conv_dim)
                 self.input("arange", g.GGML_TYPE_I32, widest, constant=True)
             rows = weight.contents.ne[1]
             index = g.ggml_view_1d(self.ctx, self.inputs["arange"], rows, 0)
@@ -201,19 +210,30 @@ class _Builder(HybridBlocks):
         # WINDOW layers use their own base and no scaling (model/rope.py window_rope_config).
         mode = 0 if cfg.arch.rope_style == INTERLEAVED else g.GGML_ROPE_TYPE_NEOX
         if window:
-            return g.ggml_rope_ext(self.ctx, t, positions, None, cfg.head_dim, mode,
+            return g.ggml_rope_ext(self.ctx, t, positions, None, cfg.rotary_dim, mode,
                                    cfg.context_length, cfg.rope_theta_window or cfg.rope_theta,
                                    1.0, 0.0, 1.0, 0.0, 0.0)
-        return g.ggml_rope_ext(self.ctx, t, positions, self.w.rope_freqs, cfg.head_dim, mode,
+        # Partial rotary (Qwen3.5): ggml rotates the first rotary_dim dims, split-half within.
+        return g.ggml_rope_ext(self.ctx, t, positions, self.w.rope_freqs, cfg.rotary_dim, mode,
                                cfg.context_length, cfg.rope_theta, cfg.rope_freq_scale,
                                0.0, 1.0, 0.0, 0.0)
 
     def project_qkv(self, lw, h, n_q: int):
         """q (n_q, H, hd), k (n_q, KVH, hd) and v (n_q, kv_dim) from the normed input, with
-        the architecture's bias and QK-norm applied (RoPE not yet)."""
+        the architecture's bias and QK-norm applied (RoPE not yet). A gated query's gate
+        (n_q, q_dim) is left in self.query_gate (None otherwise)."""
         g, ctx, cfg = self.g, self.ctx, self.cfg
         hd, H, KVH = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
-        if lw.wqkv is not None:
+        self.query_gate = None
+        if cfg.arch.gated_query:  # attn_q: per head, the query's hd rows then the gate's
+            q_gate = self.matmul(lw.wq, h)  # (n_q, 2 * q_dim)
+            row, item = q_gate.contents.nb[1], q_gate.contents.nb[0]
+            q = g.ggml_view_3d(ctx, q_gate, hd, H, n_q, 2 * hd * item, row, 0)
+            gate = g.ggml_view_3d(ctx, q_gate, hd, H, n_q, 2 * hd * item, row, hd * item)
+            self.query_gate = g.ggml_reshape_2d(ctx, g.ggml_cont(ctx, gate), cfg.q_dim, n_q)
+            k = g.ggml_reshape_3d(ctx, self.matmul(lw.wk, h), hd, KVH, n_q)
+            v = self.matmul(lw.wv, h)
+        elif lw.wqkv is not None:
             qkv = self.matmul(lw.wqkv, h)  # (n_q, qkv_dim): q | k | v
             row, item = qkv.contents.nb[1], qkv.contents.nb[0]
             q = g.ggml_view_3d(ctx, qkv, hd, H, n_q, hd * item, row, 0)
@@ -247,40 +267,9 @@ class _Builder(HybridBlocks):
         # head's (query, head) rows of the probabilities against ones; one output row per
         # K/V head, so the threads share the work. build() sums the K/V heads at the end.
         layer_mass = g.ggml_out_prod(ctx, probs, self.ones)  # (KVH, 1, n_kv)
+        if self.query_gate is not None:  # Qwen3.5: the output times sigmoid(gate)
+            out = g.ggml_mul(ctx, out, g.ggml_sigmoid(ctx, self.query_gate))
         return self.matmul(lw.wo, out), layer_mass
-
-    def attend(self, q, k_source, v_source, mask, n_q: int, n_kv: int):
-        """Grouped-query attention of q (n_q, H, hd) over the first n_kv rows of k_source and
-        v_source ((rows, kv_dim) each): the output (n_q, q_dim) and the probabilities."""
-        g, ctx, cfg = self.g, self.ctx, self.cfg
-        hd, KVH, G = cfg.head_dim, cfg.n_kv_heads, cfg.group_size
-        k_cache, v_cache = k_source, v_source
-        k_item, k_row = k_cache.contents.nb[0], k_cache.contents.nb[1]
-        keys = g.ggml_view_3d(ctx, k_cache, hd, KVH, n_kv, hd * k_item, k_row, 0)  # (n_kv, KVH, hd)
-        keys = g.ggml_permute(ctx, keys, 0, 2, 1, 3)  # (KVH, n_kv, hd)
-        # The G query heads that share a K/V head become rows of one product, so each key is
-        # read from memory once per layer, not once per query head.
-        if n_q == 1:
-            queries = g.ggml_reshape_3d(ctx, q, hd, G, KVH)  # (KVH, G, hd)
-        else:
-            queries = g.ggml_reshape_4d(ctx, q, hd, G, KVH, n_q)  # (n_q, KVH, G, hd)
-            queries = g.ggml_cont(ctx, g.ggml_permute(ctx, queries, 0, 1, 3, 2))
-            queries = g.ggml_reshape_3d(ctx, queries, hd, G * n_q, KVH)  # (KVH, n_q*G, hd)
-        scores = g.ggml_mul_mat(ctx, keys, queries)  # (KVH, n_q*G, n_kv)
-        probs = g.ggml_soft_max_ext(ctx, scores, mask, cfg.q_scale, 0.0)
-        values = g.ggml_view_3d(ctx, v_cache, hd, KVH, n_kv, hd * 4, v_cache.contents.nb[1], 0)
-        if n_q == 1:
-            # Decode: contract over slots in place (out_prod sums over dimension 1), so the
-            # values are read once rather than transposed into a copy first.
-            out = g.ggml_out_prod(ctx, g.ggml_permute(ctx, values, 0, 2, 1, 3),  # (KVH, n_kv, hd)
-                                  g.ggml_permute(ctx, probs, 1, 0, 2, 3))  # (KVH, n_kv, G)
-            # out: (KVH, G, hd), which is (H, hd) in query-head order
-        else:
-            values_t = g.ggml_cont(ctx, g.ggml_permute(ctx, values, 1, 2, 0, 3))  # (KVH, hd, n_kv)
-            out = g.ggml_mul_mat(ctx, values_t, probs)  # (KVH, n_q*G, hd)
-            out = g.ggml_reshape_4d(ctx, out, hd, G, n_q, KVH)
-            out = g.ggml_cont(ctx, g.ggml_permute(ctx, out, 0, 1, 3, 2))  # (n_q, KVH, G, hd)
-        return g.ggml_reshape_2d(ctx, out, cfg.q_dim, n_q), probs
 
     def feed_forward(self, lw, x):
         g, ctx = self.g, self.ctx

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import MissingTensorError, ModelFileChangedError
-from ...model.architecture import CONV, Architecture
+from ...model.architecture import CONV, DELTA, Architecture
 from ...model.gguf_file import fingerprint_fd
 from ...model.model import Model, TensorInfo
 from ...model.model_files import FileIdentity
@@ -24,6 +24,7 @@ from .lib import free_with, ggml, host_buffer
 from .repack import can_repack, repack_buffer_type
 
 Tensor = object  # a ctypes pointer to a ggml_tensor
+EXPANDED_ALWAYS = ("ssm_beta.weight", "ssm_alpha.weight")  # matmul(..., exact=True)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,16 @@ class GgmlLayer:
     k_norm: Tensor | None = None
     post_attn_norm: Tensor | None = None  # (d_model,) Gemma's norms before each residual add
     post_ffn_norm: Tensor | None = None
+    # DELTA layers (Qwen3.5's gated delta net; model/delta_net.py names them):
+    ssm_qkv: Tensor | None = None  # attn_qkv: (conv_dim, d)
+    ssm_z: Tensor | None = None  # attn_gate: (inner, d)
+    ssm_conv: Tensor | None = None  # ssm_conv1d: (conv_dim, taps), taps oldest first
+    ssm_dt: Tensor | None = None  # (v_heads,)
+    ssm_a: Tensor | None = None  # (v_heads,)
+    ssm_beta: Tensor | None = None  # (v_heads, d)
+    ssm_alpha: Tensor | None = None  # (v_heads, d)
+    ssm_norm: Tensor | None = None  # (head,)
+    ssm_out: Tensor | None = None  # (d, inner)
 
 
 def _same_file_as_loaded(model: Model, fd: int) -> FileIdentity:
@@ -93,8 +104,13 @@ class GgmlWeights:
             self._tensors[name] = self._wrap(g, name, info, base)
         cfg = model.config
         self._repacked: set[int] = set()  # addresses of the tensors in ggml's repacked layout
-        self._repack(g, [name for name in model.tensors if name.startswith("blk.")
-                         or (name == "output.weight" and not cfg.tied_embeddings)], model)
+        # Qwen3.5's beta and alpha rows stay in the file's layout: the graph expands them to
+        # f32 for every pass (delta_block.py), which a repacked layout would not allow.
+        # Blocks past the trunk (Qwen3.5's MTP) are never read, so never copied either.
+        trunk = tuple(f"blk.{i}." for i in range(cfg.n_layers))
+        self._repack(g, [name for name in model.tensors if (name.startswith(trunk) and not
+                         name.endswith(EXPANDED_ALWAYS)) or
+                         (name == "output.weight" and not cfg.tied_embeddings)], model)
         self.token_embd = self.tensor("token_embd.weight")
         self.output_norm = self.tensor(f"{cfg.arch.output_norm}.weight")
         self.output = (self.token_embd if cfg.tied_embeddings
@@ -161,6 +177,13 @@ class GgmlWeights:
         parts: dict[str, Tensor] = {}
         if not arch.fused_gate_up:
             parts["w_gate"] = t("ffn_gate")
+        if kind == DELTA:
+            return GgmlLayer(
+                attn_norm=t("attn_norm"), ffn_norm=t(arch.ffn_norm), w_up=t("ffn_up"),
+                w_down=t("ffn_down"), ssm_qkv=t("attn_qkv"), ssm_z=t("attn_gate"),
+                ssm_conv=t("ssm_conv1d"), ssm_dt=t("ssm_dt", "bias"),
+                ssm_a=self.tensor(f"blk.{i}.ssm_a"), ssm_beta=t("ssm_beta"),
+                ssm_alpha=t("ssm_alpha"), ssm_norm=t("ssm_norm"), ssm_out=t("ssm_out"), **parts)
         if kind == CONV:
             return GgmlLayer(attn_norm=t("attn_norm"), ffn_norm=t("ffn_norm"), w_up=t("ffn_up"),
                              w_down=t("ffn_down"), conv_in=t("shortconv.in_proj"),
@@ -176,7 +199,7 @@ class GgmlWeights:
             parts.update(q_norm=t("attn_q_norm"), k_norm=t("attn_k_norm"))
         if arch.post_norms:
             parts.update(post_attn_norm=t("post_attention_norm"), post_ffn_norm=t("post_ffw_norm"))
-        return GgmlLayer(attn_norm=t("attn_norm"), wo=t("attn_output"), ffn_norm=t("ffn_norm"),
+        return GgmlLayer(attn_norm=t("attn_norm"), wo=t("attn_output"), ffn_norm=t(arch.ffn_norm),
                          w_up=t("ffn_up"), w_down=t("ffn_down"), **parts)
 
     def type_names(self) -> dict[str, int]:

@@ -5,7 +5,7 @@ in one place: `_layer` is the transformer block, and both phases run it, on the 
 prefill chunk (C, d_model) or on the one row of a decode step (d_model,). They differ only in
 how attention is computed over the ring (`_prefill_attention`, `_decode_attention`), and over
 a WINDOW layer's own window (window.py). A CONV layer (LFM2) runs its short convolution in
-attention's place (shortconv.py).
+attention's place (shortconv.py), a DELTA layer (Qwen3.5) its gated delta net (delta.py).
 
 Both passes write only into arena scratch views (`out=` everywhere), so after a conversation
 is ready a decode step allocates no numpy buffers. Scalars are Python floats: an np.float64
@@ -21,13 +21,14 @@ from functools import partial
 
 import numpy as np
 
-from ...model.architecture import CONV, WINDOW
+from ...model.architecture import CONV, DELTA, WINDOW
 from ...model.weights import Weights
 from ...state.arena import ArenaViews
 from ...state.ring import KVRing, SlotSpan
 from ..base import ForwardPass, HiddenCallback, ProgressCallback, prefill_in_chunks
 from ..window_mask import window_mask
-from .ops import gelu_mul, rmsnorm, rmsnorm_heads, rmsnorm_rows, silu_mul
+from .delta import delta_net
+from .ops import gelu_mul, rmsnorm, rmsnorm_heads, rmsnorm_rows, sigmoid_mul, silu_mul
 from .shortconv import short_conv
 from .softmax import exp_rows, softmax_few_rows
 from .window import decode_window_attention, prefill_window_attention
@@ -41,7 +42,7 @@ class Rows:
     x: np.ndarray  # (R, d) residual stream, updated in place layer by layer
     xn: np.ndarray  # (R, d) normed residual
     norm_tmp: np.ndarray | None  # (R,) per-row inverse RMS; None for one row
-    qkv: np.ndarray  # (R, qkv_dim) q | k | v
+    qkv: np.ndarray  # (R, qkv_dim) q | k | v, then the query gate (gated queries)
     qk: np.ndarray  # (R, H + KVH, hd) view of qkv's q and k heads, which RoPE rotates
     qk_norm: np.ndarray | None  # (R, H + KVH) QK-norm scratch, if the model has it
     cos: np.ndarray  # broadcastable to (R, H + KVH, hd/2)
@@ -93,6 +94,9 @@ class Forward(ForwardPass):
         if self.kinds[i] == CONV:
             carry = self.ring.arena.views().conv_state[plane]
             short_conv(lw, r.xn, carry, r.bcx, r.conv_win, r.proj)
+        elif self.kinds[i] == DELTA:
+            v = self.ring.arena.views()
+            delta_net(lw, self.cfg, r.xn, v.delta_conv[plane], v.delta_state[plane], v, r.proj)
         else:
             self._attention(lw, r, n, plane, self.kinds[i] == WINDOW, attend)
         self._add_residual(r, lw.post_attn_norm)
@@ -116,8 +120,10 @@ class Forward(ForwardPass):
             self.rope.rotate(r.qk, r.cos, r.sin, r.rope_a, r.rope_b)
             rows = 1 if r.qkv.ndim == 1 else r.qkv.shape[0]
             v.k_cache[plane, n : n + rows] = r.qkv[..., qd : qd + kvd]
-            v.v_cache[plane, n : n + rows] = r.qkv[..., qd + kvd :]
+            v.v_cache[plane, n : n + rows] = r.qkv[..., qd + kvd : qd + 2 * kvd]
         attend(plane, windowed)
+        if cfg.arch.gated_query:  # attn *= sigmoid(gate); the gate sits after q | k | v
+            sigmoid_mul(r.qkv[..., qd + 2 * kvd :], r.attn)
         np.matmul(r.attn, lw.wo.T, out=r.proj)
 
     def _add_residual(self, r: Rows, post_norm: np.ndarray | None) -> None:
@@ -191,8 +197,8 @@ class Forward(ForwardPass):
             sin_w=self.rope_w.sin[span.pos : span.pos + C, None, :],
             rope_a=v.p_rope_a[:C], rope_b=v.p_rope_b[:C], attn=v.p_attn[:C],
             proj=v.p_proj[:C], gate_up=v.p_gate_up[:C], ffn=v.p_ffn[:C],
-            bcx=v.p_bcx[:C] if cfg.conv_kernel else None,
-            conv_win=v.p_conv_win[: cfg.conv_kernel - 1 + C] if cfg.conv_kernel else None)
+            bcx=v.p_bcx[:C] if CONV in self.kinds else None,
+            conv_win=v.p_conv_win[: cfg.conv_kernel - 1 + C] if CONV in self.kinds else None)
         np.take(w.token_embd, toks, axis=0, out=r.x)
         self._embed_scaled(r.x)
         v.mass[: n + C] = 0.0
@@ -253,8 +259,8 @@ class Forward(ForwardPass):
             cos_w=self.rope_w.cos[span.pos], sin_w=self.rope_w.sin[span.pos],
             rope_a=v.rope_a.reshape(H + KVH, hd // 2), rope_b=v.rope_b.reshape(H + KVH, hd // 2),
             attn=v.attn, proj=v.proj, gate_up=v.gate_up, ffn=v.ffn,
-            bcx=v.bcx if cfg.conv_kernel else None,
-            conv_win=v.conv_win if cfg.conv_kernel else None)
+            bcx=v.bcx if CONV in self.kinds else None,
+            conv_win=v.conv_win if CONV in self.kinds else None)
         np.copyto(r.x, w.token_embd[token])
         self._embed_scaled(r.x)
         v.mass[: span.start + 1] = 0.0

@@ -65,3 +65,11 @@ def gelu_mul(gate: np.ndarray, up: np.ndarray, out: np.ndarray) -> None:
     np.multiply(out, gate, out=out)
     np.multiply(out, 0.5, out=out)
     np.multiply(out, up, out=out)
+
+
+def sigmoid_mul(gate: np.ndarray, x: np.ndarray) -> None:
+    """x *= sigmoid(gate), in place; `gate` is overwritten (Qwen3.5's query gate is spent)."""
+    np.negative(gate, out=gate)
+    np.exp(gate, out=gate)
+    np.add(gate, 1.0, out=gate)
+    np.divide(x, gate, out=x)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...model.architecture import CONV, DELTA
 from ...model.config import ModelConfig
 from ...state.layout import ArenaLayout
 from ...state.ring_policy import RingPolicy
@@ -60,7 +61,19 @@ def add_numpy_scratch(lay: ArenaLayout, cfg: ModelConfig, policy: RingPolicy) ->
     if cfg.arch.qk_norm:
         lay.add("qk_norm", f32, (H + KVH,))  # one inverse RMS per head
         lay.add("p_qk_norm", f32, (C, H + KVH))
-    if cfg.conv_kernel:  # CONV layers' B | C | x, and their carry then B*x (numpy/shortconv.py)
+    if DELTA in cfg.kinds:  # DELTA layers' rows (numpy/delta.py); decode uses the first
+        K, conv, hd = cfg.conv_kernel - 1, cfg.delta_conv_dim, cfg.delta_head_dim
+        nk, nv = cfg.delta_k_heads, cfg.delta_v_heads
+        lay.add("d_proj", f32, (C, conv + cfg.delta_inner + 2 * nv))  # qkv | z | beta | alpha
+        lay.add("d_win", f32, (K + C, conv))  # the carry, then the rows' q | k | v
+        lay.add("d_conv", f32, (C, conv))
+        lay.add("d_tmp", f32, (C, conv))
+        lay.add("d_heads", f32, (C, max(2 * nk, nv)))  # one norm per head
+        lay.add("d_mem", f32, (nv * hd,))
+        lay.add("d_outer", f32, (nv, hd, hd))
+        lay.add("d_o", f32, (C, cfg.delta_inner))
+        lay.add("d_ztmp", f32, (C, cfg.delta_inner))
+    if CONV in cfg.kinds:  # CONV layers' B | C | x, and their carry then B*x (numpy/shortconv.py)
         K = cfg.conv_kernel - 1
         lay.add("bcx", f32, (3 * d,))
         lay.add("conv_win", f32, (K + 1, d))

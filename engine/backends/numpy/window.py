@@ -43,7 +43,7 @@ def prefill_window_attention(v: ArenaViews, cfg: ModelConfig, q_scale: float, pl
     np.copyto(keys[:W], v.kw_cache[plane])
     np.copyto(values[:W], v.vw_cache[plane])
     np.copyto(keys[W:], v.p_qkv[:C, qd : qd + kvd])
-    np.copyto(values[W:], v.p_qkv[:C, qd + kvd :])
+    np.copyto(values[W:], v.p_qkv[:C, qd + kvd : qd + 2 * kvd])
     mask = v.p_wmask[: C * N].reshape(C, 1, N)
     q3 = v.p_q[: C * G].reshape(C, G, hd)
     scores = v.p_scores[: C * G * N].reshape(C * G, N)
@@ -72,7 +72,7 @@ def decode_window_attention(v: ArenaViews, cfg: ModelConfig, q_scale: float, pla
     qd, kvd = cfg.q_dim, cfg.kv_dim
     row = (clock - 1) % W
     v.kw_cache[plane, row] = v.qkv[qd : qd + kvd]
-    v.vw_cache[plane, row] = v.qkv[qd + kvd :]
+    v.vw_cache[plane, row] = v.qkv[qd + kvd : qd + 2 * kvd]
     N = min(clock, W)
     q = v.qkv[:qd]
     np.multiply(q, q_scale, out=q)
