@@ -284,10 +284,10 @@ def test_bytes_per_segment_after_a_short_turn_on_a_full_ring(tiny_model, tmp_pat
     assert conv.ring.n_active >= 190 and seg < full
 
 
-@pytest.mark.parametrize("fixture", ["gemma3", "lfm2"])
+@pytest.mark.parametrize("fixture", ["gemma3", "lfm2", "qwen35"])
 def test_hybrid_layer_planes_follow_the_chain(fixture, tmp_path) -> None:
     """Window planes carry only their newest rows (all of them after a rollback behind the
-    last link); conv carries go whole."""
+    last link); conv carries and delta-rule states go whole."""
     from engine.model.model import load_model
 
     model = load_model(Path(__file__).parent / "fixtures" / "arch" / f"{fixture}.gguf",
