@@ -150,3 +150,9 @@ def test_snapshot_regions_and_logits_read_back_equal(tiny_model, vk_backend, mon
     got = conv.forward.read_regions(names)
     for name in names:
         np.testing.assert_array_equal(got[name], getattr(v, name))
+    # A chain segment's read: only slots 3..10 of each K/V layer, the rest whole.
+    rows = conv.forward.read_regions(names, rows=(3, 10))
+    for name in names:
+        want = getattr(v, name)[:, 3:10] if name.endswith("_cache") else getattr(v, name)
+        np.testing.assert_array_equal(rows[name], want)
+    assert conv.forward.read_regions(["k_cache"], rows=(4, 4))["k_cache"].shape[1] == 0

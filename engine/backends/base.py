@@ -85,11 +85,22 @@ class ForwardPass:
         """out (R, vocab) = logits of final-normed hidden rows (R, d_model)."""
         raise NotImplementedError(f"{type(self).__name__} does not project hidden rows")
 
-    def read_regions(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+    def read_regions(self, names: Sequence[str],
+                     rows: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
         """Host arrays holding the named arena regions as they are now (for a snapshot): the
-        arena's own views, unless snapshot_path is "staging"."""
+        arena's own views, unless snapshot_path is "staging". With `rows` (start, stop), the
+        K/V caches come back as those slots only, (L, stop - start, kv_dim): what a chain
+        segment writes (snapshot/segment.py)."""
         views = self.ring.arena.views()
-        return {name: getattr(views, name) for name in names}
+        out = {name: getattr(views, name) for name in names}
+        if rows is not None:
+            for name in KV_REGIONS:
+                if name in out:
+                    out[name] = out[name][:, rows[0]:rows[1]]
+        return out
+
+
+KV_REGIONS = ("k_cache", "v_cache")  # (L, S, kv_dim): the regions `rows` narrows
 
 
 class Backend(Protocol):

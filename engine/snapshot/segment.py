@@ -161,7 +161,9 @@ def take_segment_cut(conv: Conversation, head: ChainHead, stream_id: str,
         window_rows, ring.rebases, sections.size, stream_id,
         int((session or {}).get("skipped_tokens", 0)),
         bool((session or {}).get("awaiting_reply", False)))
-    regions = conv.forward.read_regions(["k_cache", "v_cache", *ring.planes])
+    # Only the carried rows: a staging backend (a GPU) copies just those off the device.
+    regions = conv.forward.read_regions(["k_cache", "v_cache", *ring.planes],
+                                        rows=(first_dirty, n))
     planes = {}
     for spec in head.planes:
         stored = segment_plane(spec, window_rows)
@@ -174,7 +176,7 @@ def take_segment_cut(conv: Conversation, head: ChainHead, stream_id: str,
     return SegmentCut(header, sections, v.slot_clock[:n].copy(), v.slot_pos[:n].copy(),
                       v.slot_active[:n].copy(), v.slot_salience[:n].copy(),
                       v.turn_starts.copy(), v.sampler_state.copy(), v.ring_counters.copy(),
-                      regions["k_cache"][:, first_dirty:n], regions["v_cache"][:, first_dirty:n],
+                      regions["k_cache"], regions["v_cache"],
                       planes, rewound)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from ...align import align_up, ceil_div
 from ...state.ring import KVRing, SlotSpan
-from ..base import ForwardPass, HiddenCallback, ProgressCallback, prefill_in_chunks
+from ..base import KV_REGIONS, ForwardPass, HiddenCallback, ProgressCallback, prefill_in_chunks
 from .buffers import DeviceBuffer, readback_buffer
 from .passes import PassRecorder, PassShape
 from .pipelines import Pipelines
@@ -134,30 +134,38 @@ class VulkanForward(ForwardPass):
         copied on the device into host-cached memory (the arena is a GPU's uncached BAR)."""
         return "mapped" if self.res.arena_cached else "staging"
 
-    def read_regions(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+    def read_regions(self, names: Sequence[str],
+                     rows: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
         """Arena regions as the CPU should read them for a snapshot: the views themselves on
-        the mapped path, else fresh host-cached copies made by one device copy."""
+        the mapped path, else fresh host-cached copies made by one device copy (with `rows`,
+        only those slots of the K/V caches: one run of rows a layer)."""
         self.ring.arena.views().check()
         if self.res.arena_cached:
-            return super().read_regions(names)
+            return super().read_regions(names, rows)
         layout, base = self.ring.arena.layout, self.res.arena_offset
-        total = sum(align_up(layout[n].nbytes, 64) for n in names)
+        runs = {n: _row_runs(layout[n], rows) for n in names}
+        total = sum(align_up(sum(size for _, size in runs[n]), 64) for n in names)
         if self._staging is None or self._staging.size < total:
             self._staging = readback_buffer(self.ctx, total, "snapshot.staging")
         copies, out, cursor = [], {}, 0
         raw = self._staging.array
         for n in names:
-            r = layout[n]
-            copies.append((base + r.offset, cursor, r.nbytes))
-            out[n] = raw[cursor : cursor + r.nbytes].view(r.dtype).reshape(r.shape)
-            cursor += align_up(r.nbytes, 64)
+            r, start = layout[n], cursor
+            for offset, size in runs[n]:
+                copies.append((base + r.offset + offset, cursor, size))
+                cursor += size
+            shape = r.shape if rows is None or n not in KV_REGIONS else (
+                r.shape[0], rows[1] - rows[0], *r.shape[2:])
+            out[n] = raw[start:cursor].view(r.dtype).reshape(shape)
+            cursor = start + align_up(cursor - start, 64)
         v, src, dst = self.ctx.vk, self.res.arena_buf.handle, self._staging.handle
 
         def record(cb) -> None:
             regions = [v.VkBufferCopy(srcOffset=s, dstOffset=d, size=b) for s, d, b in copies]
             v.vkCmdCopyBuffer(cb, src, dst, len(regions), regions)
 
-        run_once(self.ctx, record)
+        if copies:  # a segment of no new rows, and no planes: nothing to read
+            run_once(self.ctx, record)
         return out
 
     # -- ring maintenance -----------------------------------------------------------------
@@ -175,3 +183,15 @@ class VulkanForward(ForwardPass):
             rec._dispatch("rope_rebase", {"WG": wg}, (ceil_div(pairs, wg), 1), count=count)
 
         run_once(self.ctx, record)
+
+
+def _row_runs(region, rows: tuple[int, int] | None) -> list[tuple[int, int]]:
+    """(offset in the region, bytes) of what to copy: the whole region, or for the K/V
+    caches with `rows`, slots start..stop of each layer."""
+    if rows is None or region.name not in KV_REGIONS:
+        return [(0, region.nbytes)]
+    layers, slots = region.shape[0], region.shape[1]
+    row_bytes = region.nbytes // (layers * slots)
+    start, stop = rows
+    return [((layer * slots + start) * row_bytes, (stop - start) * row_bytes)
+            for layer in range(layers) if stop > start]
