@@ -76,7 +76,8 @@ def requests(draw) -> dict:
             "cold": st.booleans(), "client": st.text(max_size=20), "protocol": st.just(1),
             "model": st.just("/nonexistent/model.gguf"),  # `open` on it: a one-line error
             "new": st.sampled_from(["f1", "f2"]), "system": st.text(max_size=40),
-            "reply": st.just("01ARZ3NDEKTSV4RRFFQ69G5FAV")}
+            "reply": st.just("01ARZ3NDEKTSV4RRFFQ69G5FAV"),
+            "turn": st.integers(0, 4), "dry_run": st.booleans()}
     for name in {**required, **optional}:
         if name in optional and draw(st.booleans()):
             continue
