@@ -175,3 +175,15 @@ def test_bad_chain_settings_are_refused_in_one_line(tmp_path, tiny_gguf, tiny_ca
         error = e.wait_for("error", timeout=60)
         assert error["fatal"] and words in error["message"] and "\n" not in error["message"]
         assert e.proc.wait(30) == 2
+
+
+def test_a_base_gone_behind_the_sessions_back_makes_the_next_save_complete(
+        tiny_model, tmp_path) -> None:
+    s = chained_session(tiny_model, tmp_path)
+    s.snapshots.path.unlink()  # say, another program moved it away
+    assert s.snapshots.next_save_kind() == ("full", "the base snapshot is gone")
+    s.turn("after that", GREEDY, max_tokens=3)
+    assert s.save().kind == "full"
+    again, report = reopened(tiny_model, tmp_path)
+    assert (report.kind, report.snapshot_segments, report.warnings) == ("warm", 0, [])
+    assert_same_state(live_state(again.conversation), live_state(s.conversation))

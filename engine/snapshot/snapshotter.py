@@ -154,9 +154,12 @@ class Snapshotter:
 
     def next_save_kind(self) -> tuple[str, str | None]:
         """What the next save would write, and for FULL why."""
-        why = compaction_reason(self.head, self.conversation, self.compact_share) \
-            if self.incremental else \
-            "incremental saves are off"
+        if not self.incremental:
+            why: str | None = "incremental saves are off"
+        elif self.head is not None and not self.path.exists():
+            why = "the base snapshot is gone"  # moved aside or deleted behind our back
+        else:
+            why = compaction_reason(self.head, self.conversation, self.compact_share)
         return (FULL, why) if why is not None else (SEGMENT, None)
 
     def save(self, stream_id: str, session: dict | None = None, *, wait: bool = True,
