@@ -135,10 +135,11 @@ class Transcript:
         its content (e.g. '<|im_end|>\\n' for ChatML)."""
         opened, awaiting = self.rendered, self.awaiting_reply
         self.messages.append({"role": "assistant", "content": content})
+        failure: ChatTemplateError | None = None
         try:
             body = self._extension(False)
-        except ChatTemplateError:
-            body = None
+        except ChatTemplateError as exc:  # a thinking template may still close it below
+            body, failure = None, exc
         # A template that trims replies (Gemma's `content | trim`) renders them without the
         # whitespace the ring holds; what it puts after them is still what follows.
         kept = next((c for c in (content, content.strip()) if body and body.startswith(c)), None)
@@ -151,10 +152,8 @@ class Transcript:
             return self.tokenizer.encode(body[len(kept) :])
         if thinking:  # the history renders the reply its own way (its reasoning)
             return self._close_reasoned(opened)
-        if body is None:
-            raise ChatTemplateError(
-                "chat template is not prefix-stable: rendering a longer transcript changed "
-                "its beginning, so turns cannot be fed incrementally")
+        if failure is not None:  # the template's own words (it raised, or lost its prefix)
+            raise failure
         raise ChatTemplateError("chat template rewrites assistant replies; cannot replay")
 
     def _close_reasoned(self, opened: str) -> list[int]:
