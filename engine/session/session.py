@@ -85,9 +85,6 @@ class Session(Answering):
         finally:
             self.owner.release()
             self.owner = None
-        # Warnings for the front end that no request asked for (a model file replaced on
-        # disk); taken by whoever reports them.
-        self.notes: list[str] = []
 
     # -- boot and restore -------------------------------------------------------------------
     def boot(self, cold: bool = False, progress: ReplayProgress | None = None,
