@@ -35,6 +35,11 @@ HOLDER_PID = 4242  # the pid a --busy refusal names
 # A turn whose text starts so is read slowly, as a long message is, until a cancel.
 SLOW_READ = "read slowly:"
 REPLY = ["The ", "ring ", "keeps ", "the ", "**working ", "memory**", " warm."]
+# A turn whose text starts so is answered as a thinking model answers: reasoning in
+# <think> … </think> first, its closing tag split across two tokens, then the answer.
+THINK = "think:"
+THINKING_REPLY = ["<think>", "\nThe user ", "wants one ", "short line.\n</th", "ink>",
+                  "\n\n", "The ring ", "stays **warm**."]
 
 
 def ring_cells(active: int) -> str:
@@ -188,7 +193,8 @@ class Fake:
             user_id = f"01JDZ{'U' + str(self.exchanges):0>21}"
             reply_id = f"01JDZ{'A' + str(self.exchanges):0>21}"
             self.emit({"type": "turn_started", "req": req, "session": session})
-            for piece in REPLY:
+            pieces = THINKING_REPLY if request.get("text", "").startswith(THINK) else REPLY
+            for piece in pieces:
                 self.emit({"type": "token", "req": req, "session": session, "text": piece})
             self.active += 20
             self.turns.append([20, 20])
@@ -196,9 +202,9 @@ class Fake:
                 {"id": user_id, "role": "user", "ts": "2026-11-29T10:01:00.000Z",
                  "content": request.get("text", ""), "stop": None},
                 {"id": reply_id, "role": "assistant", "ts": "2026-11-29T10:01:01.000Z",
-                 "content": "".join(REPLY), "stop": "eot", "in_reply_to": user_id}])
+                 "content": "".join(pieces), "stop": "eot", "in_reply_to": user_id}])
             self.emit({"type": "end_of_turn", "req": req, "session": session,
-                       "reply": "".join(REPLY), "stop": "eot",
+                       "reply": "".join(pieces), "stop": "eot",
                        "event_id": reply_id,
                        "prompt_tokens": 13, "decode_tokens": 7, "ttft_ms": 52.0,
                        "prefill_tok_s": 250.0, "decode_tok_s": 42.0, "seed": 11,

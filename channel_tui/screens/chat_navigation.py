@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..clipboard import copy_text
 from ..messages import CopyRequested, LeaveTranscript
+from ..reasoning import copyable
 from ..widgets.prompt import Prompt
 from ..widgets.transcript import Remembered
 
@@ -63,4 +64,4 @@ class ChatNavigation:
         if reply is None:
             self.notify("There is no reply to copy yet.", severity="warning")
             return
-        self.copy_out(reply, "the last reply")
+        self.copy_out(copyable(reply), "the last reply")  # a thinking model's answer only

@@ -1,7 +1,8 @@
 """The conversation: user messages, streamed Markdown replies and notes, pinned to the bottom.
 
 Messages take focus (↑ from an empty prompt, then ↑/↓ between them), and a focused one is
-copied with c; the chat screen does the copying (CopyRequested)."""
+copied with c; the chat screen does the copying (CopyRequested). A thinking model's reply
+shows its reasoning folded (widgets/reasoning_fold.py); Enter on the reply opens it."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from textual.widgets.markdown import MarkdownStream
 from .. import format as fmt
 from ..export import ChatMessage
 from ..messages import CopyRequested, LeaveTranscript
+from ..reasoning import Reasoned, copyable, split_reasoning, undecided
+from .reasoning_fold import ReasoningFold
 from .reply_markdown import ReplyMarkdown
 
 MAX_SHOWN = 200  # messages drawn when a transcript is rebuilt; mounting thousands is slow
@@ -55,8 +58,12 @@ class Remembered:
     what: str  # in the copy toast
     memory = "whole"
 
+    def copied(self) -> str:
+        """What c copies."""
+        return self.text
+
     def action_copy(self) -> None:
-        self.post_message(CopyRequested(self.text, self.what))
+        self.post_message(CopyRequested(self.copied(), self.what))
 
     def action_neighbour(self, delta: int) -> None:
         transcript = self.parent
@@ -105,9 +112,14 @@ class Note(Static):
 
 
 class AssistantMessage(Remembered, Vertical):
-    """A reply; while it streams, tokens go through Textual's MarkdownStream."""
+    """A reply; while it streams, tokens go through Textual's MarkdownStream. A thinking
+    model's reasoning is folded above the answer, and only the answer is Markdown; `text`
+    stays the whole reply, as the engine wrote it."""
 
-    BINDINGS = MESSAGE_BINDINGS
+    # No tooltip on Enter: the help table lists the keys every message has (and the fold
+    # says how to open it).
+    BINDINGS = [*MESSAGE_BINDINGS,
+                Binding("enter", "toggle_reasoning", "Reasoning", show=False)]
     what = "the reply"
 
     def __init__(self, text: str = "", stop: str | None = None, detail: str = "") -> None:
@@ -118,10 +130,22 @@ class AssistantMessage(Remembered, Vertical):
         self.detail = detail  # the speed figures under a finished reply
         self._stream: MarkdownStream | None = None
         self._read_start: tuple[float, int] | None = None  # (time, tokens) of 1st report
+        self._written = ""  # the answer as drawn so far: the stream gets only what is new
 
     def compose(self) -> ComposeResult:
-        yield ReplyMarkdown(self.text or "", classes="body")
+        parts = split_reasoning(self.text)
+        if _has_fold(parts, streaming=False):
+            yield ReasoningFold(parts)
+        self._written = parts.answer
+        yield ReplyMarkdown(parts.answer, classes="body")
         yield Static("", classes="stop-note")
+
+    def copied(self) -> str:
+        return copyable(self.text)  # the answer, without the reasoning
+
+    def action_toggle_reasoning(self) -> None:
+        for fold in self.query(ReasoningFold):
+            fold.toggle_open()
 
     def on_mount(self) -> None:
         self._show_stop(self.detail)
@@ -148,7 +172,15 @@ class AssistantMessage(Remembered, Vertical):
             self._stream = Markdown.get_stream(self.query_one(Markdown))
             self.add_class("streaming")
         self.text += piece
-        await self._stream.write(piece)
+        if undecided(self.text):  # blank so far, or '<th': wait to know what it is
+            return
+        parts = split_reasoning(self.text)
+        await self._show_fold(parts, streaming=True)
+        if parts.answer.startswith(self._written):
+            new = parts.answer[len(self._written):]
+            self._written = parts.answer
+            if new:
+                await self._stream.write(new)
 
     async def finish(self, stop: str, detail: str = "", text: str | None = None) -> None:
         """The reply ended; `text` is the whole reply as the engine logged it, which wins
@@ -157,13 +189,29 @@ class AssistantMessage(Remembered, Vertical):
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
-        if text is not None and text != self.text:
+        if text is not None:
             self.text = text
-            await self.query_one(Markdown).update(text)
+        parts = split_reasoning(self.text)
+        await self._show_fold(parts, streaming=False)
+        if parts.answer != self._written:
+            self._written = parts.answer
+            await self.query_one(Markdown).update(parts.answer)
         self.remove_class("streaming", "reading")
         self.stop = stop
         self.detail = detail
         self._show_stop(detail)
+
+    async def _show_fold(self, parts: Reasoned, streaming: bool) -> None:
+        """The folded reasoning: mounted once the reply turns out to have some, kept up to
+        date as it streams, taken away if it closed empty."""
+        fold = next(iter(self.query(ReasoningFold)), None)
+        if not _has_fold(parts, streaming):
+            if fold is not None:
+                await fold.remove()
+        elif fold is None:
+            await self.mount(ReasoningFold(parts, streaming), before=self.query_one(Markdown))
+        else:
+            fold.set_parts(parts, streaming)
 
     def _show_stop(self, detail: str = "") -> None:
         note = STOP_NOTES.get(self.stop or "", "")
@@ -172,6 +220,14 @@ class AssistantMessage(Remembered, Vertical):
         label.update(text)
         label.display = bool(text)
         self.set_class(self.stop in UNANSWERED, "cancelled")
+
+
+def _has_fold(parts: Reasoned, streaming: bool) -> bool:
+    """A fold is shown for reasoning with words in it, or while the model is still at it; an
+    empty <think></think> (a thinking model told not to think) shows none."""
+    if parts.reasoning is None:
+        return False
+    return bool(parts.reasoning) or (parts.still_thinking and streaming)
 
 
 class Transcript(VerticalScroll):
