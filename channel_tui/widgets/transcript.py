@@ -168,9 +168,7 @@ class AssistantMessage(Remembered, Vertical):
         if self.has_class("reading"):  # the message is read: the reply takes the space
             self.remove_class("reading")
             self._show_stop()
-        if self._stream is None:
-            self._stream = Markdown.get_stream(self.query_one(Markdown))
-            self.add_class("streaming")
+        self.add_class("streaming")
         self.text += piece
         if undecided(self.text):  # blank so far, or '<th': wait to know what it is
             return
@@ -180,6 +178,10 @@ class AssistantMessage(Remembered, Vertical):
             new = parts.answer[len(self._written):]
             self._written = parts.answer
             if new:
+                # Made at the first answer text, not the first piece: a stream that never
+                # got a write does not stop (a reply of blanks, or of reasoning alone).
+                if self._stream is None:
+                    self._stream = Markdown.get_stream(self.query_one(Markdown))
                 await self._stream.write(new)
 
     async def finish(self, stop: str, detail: str = "", text: str | None = None) -> None:
