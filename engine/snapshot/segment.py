@@ -18,16 +18,13 @@ they go, fsync, rename, fsync of the directory.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-import xxhash
 
 from ..conversation import Conversation
-from ..fileio import create_exclusive
 from ..state.arena import TURNS
 from .format import SnapshotError, dtype_code
 from .identity import WINDOW_PLANES, PlaneSpec
@@ -39,7 +36,7 @@ from .segment_format import (
     segment_plane,
     window_rows_needed,
 )
-from .writer import WRITE_CHUNK, fsync_directory, tmp_path_for
+from .writer import DurableFileWriter, fsync_directory
 
 COMPACT_SHARE = 0.5  # a chain past this share of its base's bytes is compacted
 
@@ -184,45 +181,18 @@ class SegmentWriterStateError(RuntimeError):
     pass
 
 
-class SegmentWriter:
+class SegmentWriter(DurableFileWriter):
     """Writes one segment cut to `NNNNNN.seg.tmp`; refuses calls made out of order.
 
     open -> write_header -> write_metadata -> write_rows -> commit (or abort at any point).
     """
 
-    def __init__(self, path: Path):
-        self.path = Path(path)
-        self.tmp = tmp_path_for(self.path)
-        self._hash = xxhash.xxh3_128()
-        self._written = 0
-        self._size = 0
-        self._state = "open"
-        fd = create_exclusive(self.tmp)  # never through a link planted at the .tmp name
-        self._file = os.fdopen(fd, "wb", buffering=WRITE_CHUNK)
-
-    def _advance(self, expected: str, to: str, call: str) -> None:
-        if self._state != expected:
-            raise SegmentWriterStateError(
-                f"{call} called in state {self._state!r} (needs {expected!r})")
-        self._state = to
-
-    def _write(self, data) -> None:
-        view = memoryview(np.ascontiguousarray(data)).cast("B")
-        for start in range(0, len(view), WRITE_CHUNK):
-            chunk = view[start : start + WRITE_CHUNK]
-            self._hash.update(chunk)
-            self._file.write(chunk)
-            self._written += len(chunk)
-
-    def _pad_to(self, offset: int) -> None:
-        if offset < self._written:
-            raise SegmentWriterStateError(f"section at {offset} overlaps byte {self._written}")
-        self._write(np.zeros(offset - self._written, np.uint8))
+    state_error = SegmentWriterStateError
 
     def write_header(self, cut: SegmentCut) -> None:
         self._advance("open", "header", "write_header")
-        self._size = cut.sections.size
-        self._write(np.frombuffer(cut.header.pack(), np.uint8))
+        self._total = cut.sections.size
+        self._write(cut.header.pack())
 
     def write_metadata(self, cut: SegmentCut) -> None:
         self._advance("header", "metadata", "write_metadata")
@@ -233,7 +203,7 @@ class SegmentWriter:
                               (s.turn_starts, cut.turn_starts),
                               (s.sampler_state, cut.sampler_state), (s.counters, cut.counters)):
             self._pad_to(offset)
-            self._write(array.view(np.uint8))
+            self._write(array)
 
     def write_rows(self, cut: SegmentCut) -> None:
         self._advance("metadata", "rows", "write_rows")
@@ -248,22 +218,7 @@ class SegmentWriter:
     def commit(self) -> bytes:
         """Trailer, fsync, rename, fsync the directory; returns the segment's digest."""
         self._advance("rows", "committed", "commit")
-        self._pad_to(self._size - SEG_TRAILER.size)
-        digest = self._hash.digest()
-        self._file.write(SEG_TRAILER.pack(SEG_TRAILER_MAGIC, digest))
-        self._written += SEG_TRAILER.size
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        os.replace(self.tmp, self.path)
-        fsync_directory(self.path.parent)
-        return digest
-
-    def abort(self) -> None:
-        self._state = "aborted"
-        with contextlib.suppress(OSError):
-            self._file.close()
-        self.tmp.unlink(missing_ok=True)
+        return self._finish(lambda digest: SEG_TRAILER.pack(SEG_TRAILER_MAGIC, digest))
 
 
 def write_segment(conv: Conversation, cut: SegmentCut, head: ChainHead,

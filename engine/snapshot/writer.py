@@ -87,17 +87,13 @@ def tmp_path_for(path: Path) -> Path:
     return path.with_name(path.name + ".tmp")
 
 
-class SnapshotWriterStateError(RuntimeError):
-    pass
+class DurableFileWriter:
+    """One file written the snapshot way, by a subclass that adds its sections in order:
+    to `<path>.tmp` (created exclusively: never through a planted link) through a 1 MiB
+    buffer, hashing every byte, then the trailer, fsync, rename over `path` and fsync of
+    the directory (`finish`). `state_error` is raised for a call made out of order."""
 
-
-class SnapshotWriter:
-    """Writes one cut to a temporary file; refuses calls made out of order.
-
-    open -> write_header -> write_metadata -> write_slabs -> commit (or abort at any point).
-    """
-
-    ORDER = ("open", "header", "metadata", "slabs", "committed")
+    state_error: type[RuntimeError] = RuntimeError
 
     def __init__(self, path: Path, progress: Progress | None = None):
         self.path = Path(path)
@@ -105,19 +101,22 @@ class SnapshotWriter:
         self._progress = progress
         self._hash = xxhash.xxh3_128()
         self._written = 0
-        self._total = 0
+        self._total = 0  # the whole file, trailer included: set by the first section
         self._state = "open"
         fd = create_exclusive(self.tmp)  # never through a link planted at the .tmp name
         self._file = os.fdopen(fd, "wb", buffering=WRITE_CHUNK)
 
     def _advance(self, expected: str, to: str, call: str) -> None:
         if self._state != expected:
-            raise SnapshotWriterStateError(
+            raise self.state_error(
                 f"{call} called in state {self._state!r} (needs {expected!r})"
             )
         self._state = to
 
     def _write(self, data) -> None:
+        """Bytes, or an array (its rows straight from the arena, when contiguous)."""
+        if not isinstance(data, bytes):
+            data = np.ascontiguousarray(data)
         view = memoryview(data).cast("B")
         for start in range(0, len(view), WRITE_CHUNK):
             chunk = view[start : start + WRITE_CHUNK]
@@ -129,8 +128,43 @@ class SnapshotWriter:
 
     def _pad_to(self, offset: int) -> None:
         if offset < self._written:
-            raise SnapshotWriterStateError(f"section at {offset} overlaps byte {self._written}")
+            raise self.state_error(f"section at {offset} overlaps byte {self._written}")
         self._write(bytes(offset - self._written))
+
+    def _finish(self, trailer_for: Callable[[bytes], bytes]) -> bytes:
+        """Pad to the trailer, write it (made from the digest of every byte before it),
+        and make the file durable under its name; the digest."""
+        trailer = trailer_for(bytes(16))
+        self._pad_to(self._total - len(trailer))
+        digest = self._hash.digest()
+        self._file.write(trailer_for(digest))
+        self._written += len(trailer)
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        os.replace(self.tmp, self.path)
+        fsync_directory(self.path.parent)
+        return digest
+
+    def abort(self) -> None:
+        self._state = "aborted"
+        # Closing flushes; on a full disk that fails again, and the file goes anyway.
+        with contextlib.suppress(OSError):
+            self._file.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+class SnapshotWriterStateError(RuntimeError):
+    pass
+
+
+class SnapshotWriter(DurableFileWriter):
+    """Writes one cut to a temporary file; refuses calls made out of order.
+
+    open -> write_header -> write_metadata -> write_slabs -> commit (or abort at any point).
+    """
+
+    state_error = SnapshotWriterStateError
 
     def write_header(self, cut: Cut) -> None:
         self._advance("open", "header", "write_header")
@@ -149,7 +183,7 @@ class SnapshotWriter:
             (s.counters, cut.counters),
         ):
             self._pad_to(offset)
-            self._write(np.ascontiguousarray(array).view(np.uint8))
+            self._write(array)
 
     def write_slabs(self, cut: Cut) -> None:
         self._advance("metadata", "slabs", "write_slabs")
@@ -162,30 +196,14 @@ class SnapshotWriter:
         if cut.planes:
             self._pad_to(s.planes)
             for plane in cut.planes.values():  # in the order the identity lists them
-                self._write(np.ascontiguousarray(plane))
+                self._write(plane)
 
     def commit(self) -> tuple[int, bytes]:
         """Trailer, fsync, rename, fsync the directory; the file's size and digest (a
         chain's segments name the digest of the base they extend)."""
         self._advance("slabs", "committed", "commit")
-        self._pad_to(self._total - len(pack_trailer(bytes(16))))
-        digest = self._hash.digest()
-        trailer = pack_trailer(digest)
-        self._file.write(trailer)
-        self._written += len(trailer)
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        os.replace(self.tmp, self.path)
-        fsync_directory(self.path.parent)
+        digest = self._finish(pack_trailer)
         return self._written, digest
-
-    def abort(self) -> None:
-        self._state = "aborted"
-        # Closing flushes; on a full disk that fails again, and the file goes anyway.
-        with contextlib.suppress(OSError):
-            self._file.close()
-        self.tmp.unlink(missing_ok=True)
 
 
 def fsync_directory(path: Path) -> None:
