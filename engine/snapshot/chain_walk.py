@@ -24,8 +24,8 @@ from ulid import ULID
 
 from ..errors import UnusableFileError
 from ..fileio import describe_os_error, open_regular
-from ..state.arena import CLOCK, MAX_TURN_BOUNDARIES, N_ACTIVE, NEXT_POS, REBASES, SAMPLER_WORDS
-from .format import COUNTER_WORDS, KV_DTYPES, array_at, unpack_trailer
+from ..state.arena import CLOCK, N_ACTIVE, NEXT_POS, REBASES
+from .format import KV_DTYPES, array_at, metadata_view, unpack_trailer
 from .identity import WINDOW_PLANES, PlaneSpec, plane_specs
 from .restore import ParsedSnapshot, _close
 from .segment import chain_dir
@@ -57,15 +57,8 @@ class ParsedSegment:
     mapping: mmap.mmap  # read-only; only ever copied from
 
     def array(self, name: str) -> np.ndarray:
-        """One metadata section: slot_* (n,), turn_starts (128,), sampler_state (6,),
-        counters (8,); a read-only view of the mapping."""
-        n = self.header.n_active
-        dtype, count = {"slot_clock": (np.uint64, n), "slot_pos": (np.int32, n),
-                        "slot_active": (np.uint8, n), "slot_salience": (np.float32, n),
-                        "turn_starts": (np.uint64, MAX_TURN_BOUNDARIES),
-                        "sampler_state": (np.uint64, SAMPLER_WORDS),
-                        "counters": (np.uint64, COUNTER_WORDS)}[name]
-        return array_at(self.mapping, getattr(self.sections, name), dtype, count)
+        """One METADATA section (format.py); a read-only view of the mapping."""
+        return metadata_view(self.mapping, self.sections, self.header.n_active, name)
 
     def rows(self, kind: str, layer: int) -> np.ndarray:
         """(n_dirty, kv_dim) K ("k") or V ("v") rows of one layer, read-only."""

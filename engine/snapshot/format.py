@@ -51,6 +51,25 @@ TRAILER_MAGIC = b"SNAPSUM\0"
 TRAILER = struct.Struct("<8s16s")
 COUNTER_WORDS = 8
 KV_ALIGN = 64
+# The per-slot metadata and ring state a snapshot, and every chain segment, keep whole, in
+# file order (Cut, SegmentCut and both Sections name them alike).
+METADATA = ("slot_clock", "slot_pos", "slot_active", "slot_salience", "turn_starts",
+            "sampler_state", "counters")
+
+
+def plan_metadata(at: int, n: int) -> tuple[tuple[int, ...], int]:
+    """Offsets of the METADATA sections for `n` live slots from byte `at`, and their end:
+    clock u64[n], pos i32[n], active u8[n] (to 4), salience f32[n] (to 8), turn starts
+    u64[128], sampler state u64[6], counters u64[8]."""
+    slot_clock, at = at, at + 8 * n
+    slot_pos, at = at, at + 4 * n
+    slot_active, at = at, align_up(at + n, 4)
+    slot_salience, at = at, align_up(at + 4 * n, 8)
+    turn_starts, at = at, at + 8 * MAX_TURN_BOUNDARIES
+    sampler_state, at = at, at + 8 * SAMPLER_WORDS
+    counters, at = at, at + 8 * COUNTER_WORDS
+    return (slot_clock, slot_pos, slot_active, slot_salience, turn_starts, sampler_state,
+            counters), at
 F32 = np.dtype(np.float32)
 
 assert HEADER.size == 624 and BODY.size == 64
@@ -115,13 +134,8 @@ class Sections:
         at = HEADER.size + BODY.size
         identity = at
         at = align_up(at + identity_len, 8)
-        slot_clock, at = at, at + 8 * n_active
-        slot_pos, at = at, at + 4 * n_active
-        slot_active, at = at, align_up(at + n_active, 4)
-        slot_salience, at = at, align_up(at + 4 * n_active, 8)
-        turn_starts, at = at, at + 8 * MAX_TURN_BOUNDARIES
-        sampler_state, at = at, at + 8 * SAMPLER_WORDS
-        counters, at = at, at + 8 * COUNTER_WORDS
+        (slot_clock, slot_pos, slot_active, slot_salience, turn_starts, sampler_state,
+         counters), at = plan_metadata(at, n_active)
         kv = align_up(at, KV_ALIGN)
         k_dtype, v_dtype = np.dtype(k_dtype), np.dtype(v_dtype)
         kv_end = kv + n_layers * n_active * kv_dim * (k_dtype.itemsize + v_dtype.itemsize)
@@ -260,3 +274,15 @@ def unpack_trailer(data: bytes | memoryview, sections: Sections) -> bytes:
 def array_at(data, offset: int, dtype, count: int) -> np.ndarray:
     """A read-only view of `count` items at `offset` (never written through; copied out)."""
     return np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<"), count=count, offset=offset)
+
+
+METADATA_TYPES = {"slot_clock": np.uint64, "slot_pos": np.int32, "slot_active": np.uint8,
+                  "slot_salience": np.float32, "turn_starts": np.uint64,
+                  "sampler_state": np.uint64, "counters": np.uint64}
+
+
+def metadata_view(data, sections, n: int, name: str) -> np.ndarray:
+    """One METADATA section of a mapped snapshot or segment with `n` live slots, read-only."""
+    count = {"turn_starts": MAX_TURN_BOUNDARIES, "sampler_state": SAMPLER_WORDS,
+             "counters": COUNTER_WORDS}.get(name, n)
+    return array_at(data, getattr(sections, name), METADATA_TYPES[name], count)

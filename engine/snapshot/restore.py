@@ -23,15 +23,13 @@ from ..errors import UnusableFileError
 from ..fileio import describe_os_error, open_regular
 from ..state.arena import (
     CLOCK,
-    MAX_TURN_BOUNDARIES,
     N_ACTIVE,
     N_ANCHORS,
     NEXT_POS,
-    SAMPLER_WORDS,
     TOTAL_INGESTED,
 )
 from .format import (
-    COUNTER_WORDS,
+    METADATA,
     Header,
     Sections,
     SnapshotChecksumError,
@@ -40,6 +38,7 @@ from .format import (
     SnapshotIdentityError,
     SnapshotTruncatedError,
     array_at,
+    metadata_view,
     unpack_header,
     unpack_sections,
     unpack_trailer,
@@ -67,16 +66,10 @@ class ParsedSnapshot:
     mapping: mmap.mmap  # read-only; only ever copied from
 
     def arrays(self) -> dict[str, np.ndarray]:
-        s, m, n = self.sections, self.mapping, self.sections.n_active
-        return {
-            "slot_clock": array_at(m, s.slot_clock, np.uint64, n),
-            "slot_pos": array_at(m, s.slot_pos, np.int32, n),
-            "slot_active": array_at(m, s.slot_active, np.uint8, n),
-            "slot_salience": array_at(m, s.slot_salience, np.float32, n),
-            "turn_starts": array_at(m, s.turn_starts, np.uint64, MAX_TURN_BOUNDARIES),
-            "sampler_state": array_at(m, s.sampler_state, np.uint64, SAMPLER_WORDS),
-            "ring_counters": array_at(m, s.counters, np.uint64, COUNTER_WORDS),
-        }
+        """The METADATA sections, named as the arena's views are (ring_counters)."""
+        n = self.sections.n_active
+        return {"ring_counters" if name == "counters" else name:
+                metadata_view(self.mapping, self.sections, n, name) for name in METADATA}
 
     def slab(self, kind: str, layer: int) -> np.ndarray:
         s = self.sections

@@ -196,14 +196,7 @@ class SegmentWriter(DurableFileWriter):
 
     def write_metadata(self, cut: SegmentCut) -> None:
         self._advance("header", "metadata", "write_metadata")
-        s = cut.sections
-        for offset, array in ((s.slot_clock, cut.slot_clock), (s.slot_pos, cut.slot_pos),
-                              (s.slot_active, cut.slot_active),
-                              (s.slot_salience, cut.slot_salience),
-                              (s.turn_starts, cut.turn_starts),
-                              (s.sampler_state, cut.sampler_state), (s.counters, cut.counters)):
-            self._pad_to(offset)
-            self._write(array)
+        self._write_metadata(cut.sections, cut)
 
     def write_rows(self, cut: SegmentCut) -> None:
         self._advance("metadata", "rows", "write_rows")

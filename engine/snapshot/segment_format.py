@@ -25,8 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..align import align_up
-from ..state.arena import MAX_TURN_BOUNDARIES, SAMPLER_WORDS
-from .format import COUNTER_WORDS, KV_ALIGN, KV_DTYPES, MAX_STREAM_ID, SnapshotError
+from .format import KV_ALIGN, KV_DTYPES, MAX_STREAM_ID, SnapshotError, plan_metadata
 from .identity import WINDOW_PLANES, PlaneSpec
 
 SEGMENT_MAGIC = b"SNAPSEG\0"
@@ -165,14 +164,8 @@ class SegmentSections:
     def plan(n: int, n_dirty: int, n_layers: int, kv_dim: int, k_dtype: np.dtype,
              v_dtype: np.dtype, base_planes: tuple[PlaneSpec, ...],
              window_rows: int) -> SegmentSections:
-        at = SEG_HEADER.size
-        slot_clock, at = at, at + 8 * n
-        slot_pos, at = at, at + 4 * n
-        slot_active, at = at, align_up(at + n, 4)
-        slot_salience, at = at, align_up(at + 4 * n, 8)
-        turn_starts, at = at, at + 8 * MAX_TURN_BOUNDARIES
-        sampler_state, at = at, at + 8 * SAMPLER_WORDS
-        counters, at = at, at + 8 * COUNTER_WORDS
+        (slot_clock, slot_pos, slot_active, slot_salience, turn_starts, sampler_state,
+         counters), at = plan_metadata(SEG_HEADER.size, n)
         k_rows = align_up(at, KV_ALIGN)
         v_rows = k_rows + n_layers * n_dirty * kv_dim * np.dtype(k_dtype).itemsize
         at = v_rows + n_layers * n_dirty * kv_dim * np.dtype(v_dtype).itemsize

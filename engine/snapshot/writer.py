@@ -22,7 +22,7 @@ import xxhash
 
 from ..conversation import Conversation
 from ..fileio import create_exclusive
-from .format import SNAPSHOT_VERSION, Header, Sections, pack_body, pack_trailer
+from .format import METADATA, SNAPSHOT_VERSION, Header, Sections, pack_body, pack_trailer
 from .identity import WINDOW_PLANES, identity_bytes, identity_of, window_to_token_order
 
 WRITE_CHUNK = 1 << 20
@@ -131,6 +131,12 @@ class DurableFileWriter:
             raise self.state_error(f"section at {offset} overlaps byte {self._written}")
         self._write(bytes(offset - self._written))
 
+    def _write_metadata(self, sections, cut) -> None:
+        """The METADATA sections, copied in the cut, at the sections' offsets."""
+        for name in METADATA:
+            self._pad_to(getattr(sections, name))
+            self._write(getattr(cut, name))
+
     def _finish(self, trailer_for: Callable[[bytes], bytes]) -> bytes:
         """Pad to the trailer, write it (made from the digest of every byte before it),
         and make the file durable under its name; the digest."""
@@ -175,15 +181,7 @@ class SnapshotWriter(DurableFileWriter):
 
     def write_metadata(self, cut: Cut) -> None:
         self._advance("header", "metadata", "write_metadata")
-        s = cut.sections
-        for offset, array in (
-            (s.slot_clock, cut.slot_clock), (s.slot_pos, cut.slot_pos),
-            (s.slot_active, cut.slot_active), (s.slot_salience, cut.slot_salience),
-            (s.turn_starts, cut.turn_starts), (s.sampler_state, cut.sampler_state),
-            (s.counters, cut.counters),
-        ):
-            self._pad_to(offset)
-            self._write(array)
+        self._write_metadata(cut.sections, cut)
 
     def write_slabs(self, cut: Cut) -> None:
         self._advance("metadata", "slabs", "write_slabs")
