@@ -30,6 +30,19 @@ def run_steps(model, backend, ids, policy=POLICY):
     return np.stack(rows), conv
 
 
+def run_noting_eviction(model, ids: list[int], policy: RingPolicy
+                        ) -> tuple[list[np.ndarray], Conversation, int | None]:
+    """Prefill 5 tokens, decode the rest; every step's logits, and the first step at which
+    the ring had evicted."""
+    conv = Conversation(model, policy)
+    rows, first_eviction = [conv.ingest(ids[:5]).copy()], None
+    for t in ids[5:]:
+        rows.append(conv.forward.decode_one_token(t).copy())
+        if first_eviction is None and conv.ring.evicted:
+            first_eviction = len(rows) - 1
+    return rows, conv, first_eviction
+
+
 def prefill_row_logits(model, ids, backend=None, policy: RingPolicy | None = None) -> np.ndarray:
     """Logits after every prefix of `ids`: one chunked prefill's hidden rows, projected."""
     conv = Conversation(model, policy or RingPolicy(), backend=backend)

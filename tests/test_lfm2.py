@@ -30,7 +30,7 @@ from engine.session.session import Session
 from engine.state.ring_policy import RingPolicy
 
 from .allocation_checks import assert_decode_allocates_nothing
-from .parity import prefill_row_logits
+from .parity import prefill_row_logits, run_noting_eviction
 from .rollback_checks import assert_undo_and_regenerate_are_exact
 from .tiny_model import TinySpec, lfm2_tokenizer, write_tiny_gguf
 
@@ -173,19 +173,6 @@ def test_prefill_chunks_of_any_size_match_decode(lfm2) -> None:
                                    atol=1e-6, rtol=0, err_msg=str(chunk))
 
 
-def run(model, ids: list[int], policy: RingPolicy) -> tuple[list[np.ndarray], Conversation,
-                                                             int | None]:
-    """Prefill 5 tokens, decode the rest; every step's logits, and the first step at which
-    the ring had evicted."""
-    conv = Conversation(model, policy)
-    rows, first_eviction = [conv.ingest(ids[:5]).copy()], None
-    for t in ids[5:]:
-        rows.append(conv.forward.decode_one_token(t).copy())
-        if first_eviction is None and conv.ring.evicted:
-            first_eviction = len(rows) - 1
-    return rows, conv, first_eviction
-
-
 def test_conv_layers_survive_eviction_and_rebase(tmp_path) -> None:
     """A 24-slot ring over a 40-token context evicts and rebases many times; a 256-token
     context holds the whole run. The logits agree until the first eviction (the attention
@@ -197,9 +184,9 @@ def test_conv_layers_survive_eviction_and_rebase(tmp_path) -> None:
     full = load_model(write_lfm2(tmp_path, "full.gguf", context_length=256), tmp_path / "c2")
     ids = [int(t) for t in np.random.default_rng(1).integers(0, 4500, 120)]
     small = RingPolicy(max_slots=24, recent_window=4, evict_batch=3, prefill_chunk=5)
-    got, conv, evicted_at = run(short, ids, small)
-    want, ref, never = run(full, ids, RingPolicy(max_slots=256, recent_window=8,
-                                                 prefill_chunk=5))
+    got, conv, evicted_at = run_noting_eviction(short, ids, small)
+    want, ref, never = run_noting_eviction(
+        full, ids, RingPolicy(max_slots=256, recent_window=8, prefill_chunk=5))
     assert conv.ring.rebases >= 2 and evicted_at is not None and never is None
     assert ref.ring.rebases == 0 and conv.ring.clock == ref.ring.clock == len(ids)
     np.testing.assert_allclose(got[:evicted_at], want[:evicted_at], atol=1e-5, rtol=0)
@@ -210,7 +197,7 @@ def test_conv_layers_survive_eviction_and_rebase(tmp_path) -> None:
                                rtol=0)
     np.testing.assert_allclose(carries[:2], ref.arena.views().conv_state[:2], atol=1e-6,
                                rtol=0)
-    again, replay, _ = run(short, ids, small)
+    again, replay, _ = run_noting_eviction(short, ids, small)
     for name in ("conv_state", "k_cache", "v_cache"):
         np.testing.assert_array_equal(getattr(replay.arena.views(), name),
                                       getattr(conv.arena.views(), name))

@@ -408,27 +408,36 @@ LFM2_TEMPLATE = (
 )
 
 
-def lfm2_tokenizer(writer: gguf.GGUFWriter, source: Path) -> int:
-    """An LFM2-style byte-level BPE tokenizer from the byte-level fixture `source` (qwen2's):
-    its tokens and merges, pre-tokenizer `lfm2` (llama.cpp groups it with llama3's regex),
-    <|startoftext|> added as the BOS that LFM2 always prepends, <|im_end|> as EOS (as LFM2's
-    GGUFs declare it), and LFM2's chat template. Returns the vocabulary size."""
+def borrowed_bpe(writer: gguf.GGUFWriter, source: Path, pre: str,
+                 added: dict[bytes, int]) -> tuple[dict[str, int], int]:
+    """Write the byte-level BPE vocabulary of the fixture `source` (qwen2's), its tokens and
+    merges, with the `added` tokens (text -> token type) after them, under pre-tokenizer
+    `pre`. Returns each token's id and the vocabulary size; the caller adds its special
+    ids and chat template."""
     reader = gguf.GGUFReader(source, "r")
 
     def values(key: str) -> list:
         return field_value(reader.fields[key])[0]
 
-    tokens = list(values("tokenizer.ggml.tokens")) + [b"<|startoftext|>"]
-    types = list(values("tokenizer.ggml.token_type")) + [3]
-    ids = {bytes(t).decode(): i for i, t in enumerate(tokens)}
+    tokens = list(values("tokenizer.ggml.tokens")) + list(added)
+    types = list(values("tokenizer.ggml.token_type")) + list(added.values())
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("lfm2")
+    writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     writer.add_token_merges(values("tokenizer.ggml.merges"))
+    return {bytes(t).decode(): i for i, t in enumerate(tokens)}, len(tokens)
+
+
+def lfm2_tokenizer(writer: gguf.GGUFWriter, source: Path) -> int:
+    """An LFM2-style byte-level BPE tokenizer from the byte-level fixture `source` (qwen2's):
+    its tokens and merges, pre-tokenizer `lfm2` (llama.cpp groups it with llama3's regex),
+    <|startoftext|> added as the BOS that LFM2 always prepends, <|im_end|> as EOS (as LFM2's
+    GGUFs declare it), and LFM2's chat template. Returns the vocabulary size."""
+    ids, size = borrowed_bpe(writer, source, "lfm2", {b"<|startoftext|>": 3})
     writer.add_bos_token_id(ids["<|startoftext|>"])
     writer.add_eos_token_id(ids["<|im_end|>"])
     writer.add_pad_token_id(ids["<|endoftext|>"])
     writer.add_add_bos_token(True)
     writer.add_chat_template(LFM2_TEMPLATE)
-    return len(tokens)
+    return size

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import gguf
 
-from .tiny_model import field_value
+from .tiny_model import borrowed_bpe
 
 THINK_TAGS = ["<think>", "</think>"]
 
@@ -50,21 +50,10 @@ def qwen35_tokenizer(writer: gguf.GGUFWriter, source: Path) -> int:
     """Qwen3.5's tokenizer keys from the byte-level fixture `source` (qwen2's): its tokens
     and merges, the thinking tags after them, pre-tokenizer `qwen35`, and Qwen3.5's chat
     template. Returns the vocabulary size."""
-    reader = gguf.GGUFReader(source, "r")
-
-    def values(key: str) -> list:
-        return field_value(reader.fields[key])[0]
-
-    tokens = list(values("tokenizer.ggml.tokens")) + [tag.encode() for tag in THINK_TAGS]
-    types = list(values("tokenizer.ggml.token_type")) + [4] * len(THINK_TAGS)
-    ids = {bytes(t).decode(): i for i, t in enumerate(tokens)}
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("qwen35")
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
-    writer.add_token_merges(values("tokenizer.ggml.merges"))
+    ids, size = borrowed_bpe(writer, source, "qwen35",
+                             {tag.encode(): 4 for tag in THINK_TAGS})
     writer.add_eos_token_id(ids["<|im_end|>"])
     writer.add_pad_token_id(ids["<|endoftext|>"])
     writer.add_add_bos_token(False)
     writer.add_chat_template(QWEN35_TEMPLATE)
-    return len(tokens)
+    return size
