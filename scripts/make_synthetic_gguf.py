@@ -50,6 +50,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # for tests.tiny_model, shared with the test suite
 
 from engine.model.architecture import ARCHITECTURES, CONV, FULL  # noqa: E402
+from engine.model.delta_net import add_delta_metadata  # noqa: E402
 from tests.tiny_model import TinySpec, copy_tokenizer, tensor_shapes  # noqa: E402
 
 TOKENIZER_MODEL = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -318,15 +319,8 @@ def write_gguf(
     writer.add_layer_norm_rms_eps(geo.rms_eps)
     writer.add_rope_dimension_count(geo.rope_dim or head_dim)
     if geo.delta_heads:  # llama.cpp's LLM_KV_SSM_* keys, as its qwen35 converter writes them
-        k_heads, v_heads, width = geo.delta_heads
-        writer.add_ssm_conv_kernel(geo.conv_kernel)
-        writer.add_ssm_state_size(width)
-        writer.add_ssm_group_count(k_heads)
-        writer.add_ssm_time_step_rank(v_heads)
-        writer.add_ssm_inner_size(v_heads * width)
-        writer.add_full_attention_interval(4)
-        pairs = (geo.rope_dim or head_dim) // 2  # llama.cpp requires MRoPE's sections
-        writer.add_rope_dimension_sections([pairs - 2 * (pairs // 3), pairs // 3, pairs // 3, 0])
+        add_delta_metadata(writer, geo.conv_kernel, *geo.delta_heads, 4,
+                           geo.rope_dim or head_dim)
     if geo.head_dim:
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)

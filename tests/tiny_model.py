@@ -16,7 +16,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as QT
 
 from engine.model.architecture import ARCHITECTURES, CONV, layer_kinds
-from engine.model.delta_net import delta_tensor_shapes
+from engine.model.delta_net import add_delta_metadata, delta_tensor_shapes
 
 CHATML = (
     "{% for message in messages %}"
@@ -207,18 +207,8 @@ def write_tiny_gguf(path: Path, spec: TinySpec = TinySpec(),
     if spec.nextn:
         w.add_uint32(f"{spec.architecture}.nextn_predict_layers", spec.nextn)
     if ARCHITECTURES.get(spec.architecture, ARCHITECTURES["llama"]).delta_interval:
-        k_heads, v_heads, head = spec.delta_heads
-        w.add_ssm_conv_kernel(spec.conv_kernel)
-        w.add_ssm_state_size(head)
-        w.add_ssm_group_count(k_heads)
-        w.add_ssm_time_step_rank(v_heads)
-        w.add_ssm_inner_size(v_heads * head)
-        if spec.delta_interval:
-            w.add_full_attention_interval(spec.delta_interval)
-        # llama.cpp requires the MRoPE sections (text positions make them all alike): its
-        # converter's default split of the rotated pairs.
-        pairs = (spec.rope_dim or hd) // 2
-        w.add_rope_dimension_sections([pairs - 2 * (pairs // 3), pairs // 3, pairs // 3, 0])
+        add_delta_metadata(w, spec.conv_kernel, *spec.delta_heads, spec.delta_interval,
+                           spec.rope_dim or hd)
     w.add_context_length(spec.context_length)
     w.add_embedding_length(d)
     w.add_feed_forward_length(f)

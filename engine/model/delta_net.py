@@ -67,3 +67,20 @@ def delta_tensor_shapes(d_model: int, k_heads: int, v_heads: int, head: int,
             "ssm_a": (v_heads,), "ssm_beta.weight": (v_heads, d_model),
             "ssm_alpha.weight": (v_heads, d_model), "ssm_norm.weight": (head,),
             "ssm_out.weight": (d_model, inner)}
+
+
+def add_delta_metadata(writer: Any, conv_kernel: int, k_heads: int, v_heads: int, head: int,
+                       interval: int, rotary_dim: int) -> None:
+    """Write a qwen35 GGUF's delta-net keys to a gguf.GGUFWriter, as llama.cpp's converter
+    does (LLM_KV_SSM_*): the keys delta_metadata_problem reads. For fixtures and synthetic
+    files. llama.cpp also requires MRoPE's sections: text positions make them all alike,
+    so its converter's default split of the rotated pairs."""
+    writer.add_ssm_conv_kernel(conv_kernel)
+    writer.add_ssm_state_size(head)
+    writer.add_ssm_group_count(k_heads)
+    writer.add_ssm_time_step_rank(v_heads)
+    writer.add_ssm_inner_size(v_heads * head)
+    if interval:
+        writer.add_full_attention_interval(interval)
+    pairs = rotary_dim // 2
+    writer.add_rope_dimension_sections([pairs - 2 * (pairs // 3), pairs // 3, pairs // 3, 0])
