@@ -133,6 +133,10 @@ class SegmentCut:
     planes: dict[str, np.ndarray]  # name -> stored rows (window: token order), copied
     rewound_to: int | None  # the ring's watermark read; cleared once the segment is durable
 
+    @property
+    def clock(self) -> int:
+        return self.header.clock
+
 
 def take_segment_cut(conv: Conversation, head: ChainHead, stream_id: str,
                      session: dict | None = None) -> SegmentCut:
@@ -214,8 +218,7 @@ class SegmentWriter(DurableFileWriter):
         return self._finish(lambda digest: SEG_TRAILER.pack(SEG_TRAILER_MAGIC, digest))
 
 
-def write_segment(conv: Conversation, cut: SegmentCut, head: ChainHead,
-                  directory: Path) -> ChainHead:
+def write_segment(cut: SegmentCut, head: ChainHead, directory: Path) -> ChainHead:
     """Write `cut` as the chain's next segment; returns the new head. The caller holds the
     ring frozen from the cut until this returns (rows in the cut are live views)."""
     directory.mkdir(mode=0o700, exist_ok=True)
@@ -239,7 +242,7 @@ def save_segment(conv: Conversation, head: ChainHead, directory: Path,
     cut = take_segment_cut(conv, head, stream_id)
     conv.ring.freeze()
     try:
-        head = write_segment(conv, cut, head, directory)
+        head = write_segment(cut, head, directory)
         if conv.ring.rewound_to == cut.rewound_to:  # durable now: nothing before it to carry
             conv.ring.rewound_to = None
         return head

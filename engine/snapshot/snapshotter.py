@@ -178,11 +178,9 @@ class Snapshotter:
         kind, why = self.next_save_kind()
         if kind == SEGMENT:
             cut: Cut | SegmentCut = take_segment_cut(conv, self.head, stream_id, session)
-            clock = cut.header.clock
             work = self._write_segment
         else:
             cut = take_cut(conv, stream_id, session)
-            clock = cut.clock
             work = self._write_full
         generation, rewound = conv.arena.generation, ring.rewound_to
         ring.freeze()
@@ -194,7 +192,7 @@ class Snapshotter:
         thread.start()
         if wait:
             return self.wait()  # type: ignore[return-value]
-        return SaveResult(SnapshotStatus.SAVED, self.path, clock, kind=kind, why_full=why)
+        return SaveResult(SnapshotStatus.SAVED, self.path, cut.clock, kind=kind, why_full=why)
 
     def _write_full(self, cut: Cut, generation: int) -> int:
         old = self.head if self.keep_links > 1 and self.path.exists() else None
@@ -218,15 +216,14 @@ class Snapshotter:
     def _write_segment(self, cut: SegmentCut, generation: int) -> int:
         head = self.head
         assert head is not None
-        self.head = write_segment(self.conversation, cut, head, self.chain_dir)
+        self.head = write_segment(cut, head, self.chain_dir)
         return cut.sections.size
 
     def _run(self, work, cut, generation: int, rewound: int | None, why: str | None,
              on_done) -> None:
         _yield_cpu_to_decoding()
         t0 = time.perf_counter()
-        kind = FULL if why is not None else SEGMENT
-        clock = cut.clock if kind == FULL else cut.header.clock
+        kind, clock = FULL if why is not None else SEGMENT, cut.clock
         ring = self.conversation.ring
         try:
             size = work(cut, generation)
