@@ -51,31 +51,33 @@ class RewindReport:
     ms: float
 
 
+def _turn_spans(kept: list[StreamEvent]) -> list[tuple[int, int]]:
+    """(first, last) index in `kept` of each turn: a user message, through its reply."""
+    spans: list[tuple[int, int]] = []
+    for i, event in enumerate(kept):
+        if event.role == "user":
+            spans.append((i, i))
+        elif event.role == "assistant" and spans:
+            spans[-1] = (spans[-1][0], i)
+    return spans
+
+
 def turn_ends(events: list[StreamEvent]) -> list[str]:
     """The id of the last event of each turn, in ring order (the kept events only)."""
     kept = taken_in(events, withdrawn_ids(events))
-    ends: list[str] = []
-    for event in kept:
-        if event.role == "user":
-            ends.append(event.id)
-        elif event.role == "assistant" and ends:
-            ends[-1] = event.id
-    return ends
+    return [kept[last].id for _, last in _turn_spans(kept)]
 
 
 def later_turns(events: list[StreamEvent], turn: int) -> tuple[list[str], int]:
     """The kept message ids after turn `turn`, and how many turns there are."""
     kept = taken_in(events, withdrawn_ids(events))
-    ends = turn_ends(events)
-    if not 0 <= turn < len(ends):
+    spans = _turn_spans(kept)
+    if not 0 <= turn < len(spans):
         raise ValueError(f"no turn {turn} to go back to: the conversation has "
-                         f"{len(ends)} turn(s), and rewinding goes back to turns "
-                         f"0..{max(len(ends) - 1, 0)}")
-    if turn == 0:
-        start = next(i for i, e in enumerate(kept) if e.role == "user")
-    else:
-        start = next(i for i, e in enumerate(kept) if e.id == ends[turn - 1]) + 1
-    return [e.id for e in kept[start:]], len(ends)
+                         f"{len(spans)} turn(s), and rewinding goes back to turns "
+                         f"0..{max(len(spans) - 1, 0)}")
+    start = spans[0][0] if turn == 0 else spans[turn - 1][1] + 1
+    return [e.id for e in kept[start:]], len(spans)
 
 
 def plan_rewind(session: Session, turn: int) -> RewindPlan:
