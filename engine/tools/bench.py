@@ -134,9 +134,9 @@ def run_benchmarks(model_path: Path | None, cache_dir: Path, quick: bool = False
         result.update(run_chain_benchmarks(model, scratch, repeat, backend))
         return result
 
-    with tempfile.TemporaryDirectory(prefix="channel-bench-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="channel-bench-") as empty_cache:
         t0 = time.perf_counter()
-        cold = load_model(model_path, scratch, f32_weights=f32)
+        cold = load_model(model_path, Path(empty_cache), f32_weights=f32)
         result["weights_load_s"] = round(time.perf_counter() - t0, 3)
         del cold
     load_model(model_path, cache_dir, f32_weights=f32)  # make sure the cache exists
