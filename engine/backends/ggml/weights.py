@@ -1,8 +1,10 @@
 """The model's weights as ggml tensors over the GGUF's own bytes: mapped read-only, zero-copy.
 
-No weight is converted, repacked or copied: each ggml tensor's data pointer is the address of
-its block data inside the mapping, so RSS grows only by the pages decoding actually reads, and
-the page cache shares them with every other process that maps the same file.
+No weight is converted: each ggml tensor's data pointer is the address of its block data
+inside the mapping, so RSS grows only by the pages decoding actually reads, and the page cache
+shares them with every other process that maps the same file. The exception is the matrices
+ggml has a faster interleaved layout for (repack.py): those are copied once, and their mapped
+pages released.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .repack import can_repack, repack_buffer_type
 
 Tensor = object  # a ctypes pointer to a ggml_tensor
 EXPANDED_ALWAYS = ("ssm_beta.weight", "ssm_alpha.weight")  # matmul(..., exact=True)
+OUTPUT = "output.weight"
 
 
 @dataclass(frozen=True)
@@ -108,13 +111,16 @@ class GgmlWeights:
         # f32 for every pass (delta_block.py), which a repacked layout would not allow.
         # Blocks past the trunk (Qwen3.5's MTP) are never read, so never copied either.
         trunk = tuple(f"blk.{i}." for i in range(cfg.n_layers))
-        self._repack(g, [name for name in model.tensors if (name.startswith(trunk) and not
-                         name.endswith(EXPANDED_ALWAYS)) or
-                         (name == "output.weight" and not cfg.tied_embeddings)], model)
-        self.token_embd = self.tensor("token_embd.weight")
+        matrices = [(name, name) for name in model.tensors
+                    if name.startswith(trunk) and not name.endswith(EXPANDED_ALWAYS)]
+        # A tied output gets a repacked twin of the embedding, as llama.cpp gives it: the
+        # logits product is the largest of a small model's decode step (Gemma 3's 262,144 x
+        # 640), while get_rows keeps reading the embedding's plain rows from the mapping.
+        matrices.append((OUTPUT, "token_embd.weight" if cfg.tied_embeddings else OUTPUT))
+        self._repack(g, matrices, model)
+        self.token_embd = self._tensors["token_embd.weight"]
         self.output_norm = self.tensor(f"{cfg.arch.output_norm}.weight")
-        self.output = (self.token_embd if cfg.tied_embeddings
-                       else self.tensor("output.weight"))
+        self.output = self._tensors.get(OUTPUT, self.token_embd)
         self.rope_freqs = self._tensors.get("rope_freqs.weight")  # Llama 3 RoPE factors
         self.layers = tuple(self._layer(i, cfg.arch, kind) for i, kind in enumerate(cfg.kinds))
         self.nbytes = sum(info.nbytes for info in model.tensors.values())
@@ -131,23 +137,26 @@ class GgmlWeights:
         self.types[name] = int(info.ggml_type)
         return tensor
 
-    def _repack(self, g, names: list[str], model: Model) -> None:
-        """Copy the matrices ggml has a faster interleaved layout for into its repack buffer,
-        and release their mapped pages. The token embedding stays: get_rows reads plain rows."""
+    def _repack(self, g, matrices: list[tuple[str, str]], model: Model) -> None:
+        """Copy the matrices ggml has a faster interleaved layout for into its repack buffer
+        (each (name, source): the file's tensor `source`, known from now on as `name`), and
+        release their mapped pages; the token embedding's are read again, by get_rows, only
+        for the rows it gathers."""
         buffer_type = repack_buffer_type()
-        names = [n for n in names if can_repack(self._tensors[n])]
-        if buffer_type is None or not names:
+        matrices = [(name, source) for name, source in matrices
+                    if source in self._tensors and can_repack(self._tensors[source])]
+        if buffer_type is None or not matrices:
             return
         ctx = g.ggml_init(g.ggml_init_params(
-            mem_size=(len(names) + 1) * g.ggml_tensor_overhead(), no_alloc=True))
+            mem_size=(len(matrices) + 1) * g.ggml_tensor_overhead(), no_alloc=True))
         twins = {}
-        for name in names:
-            source = self._tensors[name].contents
-            twins[name] = g.ggml_new_tensor(ctx, source.type, 2, source.ne)
+        for name, source in matrices:
+            plain = self._tensors[source].contents
+            twins[name, source] = g.ggml_new_tensor(ctx, plain.type, 2, plain.ne)
         buffer = g.ggml_backend_alloc_ctx_tensors_from_buft(ctx, buffer_type)
         self._free_repacked = free_with(self, ctx, buffer)
-        for name, twin in twins.items():
-            info = model.tensors[name]
+        for (name, source), twin in twins.items():
+            info = model.tensors[source]
             g.ggml_backend_tensor_set(twin, self._mapping_address + info.offset, 0, info.nbytes)
             self._tensors[name] = twin
             self._repacked.add(ctypes.addressof(twin.contents))
