@@ -49,11 +49,12 @@ SCENARIOS = ("turn", "long prompt", "save", "autosave", "open", "external send",
 COMPACT_SHARE = "0.15"
 
 
-# The hybrids too: their window planes and conv carries are saved beside the ring (format 3).
+# The hybrids too: their window planes, conv carries and delta-rule states are saved beside
+# the ring (format 3).
 HYBRID_FIXTURES = Path(__file__).parent / "fixtures" / "arch"
 
 
-@pytest.fixture(scope="module", params=["wide", "gemma3", "lfm2"])
+@pytest.fixture(scope="module", params=["wide", "gemma3", "lfm2", "qwen35"])
 def crash_model(request, tmp_path_factory) -> tuple[Path, Path, Callable]:
     """The model's file, its weight cache (built once, not per trial), and a check of a
     session's saved state against a cold replay, on the backend the engines choose."""
