@@ -63,7 +63,7 @@ def test_config_follows_the_gemma3_metadata(gemma) -> None:
     assert (cfg.rope_theta, cfg.rope_theta_window, cfg.rope_freq_scale) == (1e6, 1e4, 0.125)
     assert cfg.q_dim == 128 and cfg.d_model == 64  # wide heads
     assert cfg.features == {"split_half_rope", "qk_norm", "wide_heads", "window_layers",
-                            "post_norms", "geglu", "embed_scale"}
+                            "post_norms", "geglu", "embed_scale", "f32_weights", "q8_0_weights"}
     # The window layers' RoPE: the local base, unscaled; the ring's: the global, scaled.
     assert gemma.rope_window.inv_freq[1] == pytest.approx(1e4 ** (-2 / 32))
     assert gemma.rope.inv_freq[1] == pytest.approx(0.125 * 1e6 ** (-2 / 32))

@@ -59,7 +59,8 @@ def test_config_and_weights_follow_the_lfm2_metadata(lfm2) -> None:
     cfg = lfm2.config
     assert cfg.kinds == KINDS and cfg.conv_kernel == 3 and cfg.n_full == 1
     assert (cfg.n_heads, cfg.n_kv_heads, cfg.window, cfg.sliding_window) == (4, 2, 0, 0)
-    assert cfg.features == {"split_half_rope", "qk_norm", "conv_layers"}
+    assert cfg.features == {"split_half_rope", "qk_norm", "conv_layers",
+                            "f32_weights", "q8_0_weights"}  # and the tensor types it reads
     conv, attention = lfm2.weights.layers[0], lfm2.weights.layers[2]
     assert conv.wqkv is None and conv.q_norm is None
     assert (conv.conv_in.shape, conv.conv_weight.shape, conv.conv_out.shape) == (

@@ -90,10 +90,10 @@ def test_unsupported_tensor_type_is_the_reason(fake: FakeHome) -> None:
     header = read_header(fake.paths["bundled"])
     assert problem_of(header) is None
     bad = header.tensors[3].__class__(header.tensors[3].name,
-                                      int(gguf.GGMLQuantizationType.IQ4_XS),
+                                      int(gguf.GGMLQuantizationType.TQ1_0),
                                       header.tensors[3].shape, header.tensors[3].offset)
     header.tensors[3] = bad
-    assert problem_of(header) == f"tensor {bad.name} has unsupported type IQ4_XS"
+    assert problem_of(header) == f"tensor {bad.name} has unsupported type TQ1_0"
 
 
 def test_environment_overrides(fake: FakeHome, tmp_path: Path) -> None:

@@ -70,7 +70,7 @@ def test_config_and_weights_follow_the_qwen35_metadata(qwen35) -> None:
     assert (cfg.rotary_dim, cfg.head_dim, cfg.conv_kernel) == (8, 32, 4)
     assert (cfg.delta_k_heads, cfg.delta_v_heads, cfg.delta_head_dim) == (2, 4, 16)
     assert cfg.features == {"split_half_rope", "qk_norm", "wide_heads", "gated_query",
-                            "partial_rotary", "delta_layers"}
+                            "partial_rotary", "delta_layers", "f32_weights", "q8_0_weights"}
     delta, attention = qwen35.weights.layers[0], qwen35.weights.layers[3]
     assert delta.wqkv is None and delta.conv_in is None
     assert (delta.delta_in.shape, delta.delta_conv.shape, delta.delta_out.shape) == (

@@ -14,6 +14,7 @@ from gguf import GGMLQuantizationType as QT
 
 from engine.allocs import measure_allocations
 from engine.backends.vulkan import UnsupportedTensorTypeForVulkanError, options
+from engine.backends.vulkan.loader import UnsupportedModelForVulkanError
 from engine.backends.vulkan.options import VulkanOptions
 from engine.conversation import Conversation
 
@@ -114,9 +115,17 @@ def test_gpu_products_match_numpy(tmp_path_factory, backend_with, split) -> None
 
 
 def test_unreadable_tensor_type_is_a_clear_error(tmp_path_factory, vk_backend) -> None:
+    """Refused by the one support function (backend_problem) before any upload, naming the
+    types the shaders read; a config that does not record its types still meets the
+    upload's own check."""
     model = tiny(tmp_path_factory, QT.Q5_0)
-    with pytest.raises(UnsupportedTensorTypeForVulkanError, match="Q5_0|ggml type 6"):
+    with pytest.raises(UnsupportedModelForVulkanError) as exc:
         Conversation(model, POLICY, backend=vk_backend)
+    assert str(exc.value) == ("the Vulkan backend does not read Q5_0 weights (it reads F32, "
+                              "F16, Q8_0, Q4_0, Q4_1); use --backend ggml")
+    unrecorded = replace(model, config=replace(model.config, tensor_types=()))
+    with pytest.raises(UnsupportedTensorTypeForVulkanError, match="Q5_0"):
+        Conversation(unrecorded, POLICY, backend=vk_backend)
 
 
 @pytest.mark.parametrize("groups", [1, 3, 64])

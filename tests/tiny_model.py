@@ -6,6 +6,7 @@ real tokenizer and chat-template code paths run on it.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -59,6 +60,10 @@ class TinySpec:
     delta_interval: int = 0
     rope_dim: int = 0
     nextn: int = 0
+    # The matrices' types in turn, in file order (the first matrix the first type, ...),
+    # in place of tensor_type: one model of several types. IQ and K-quant types need rows
+    # of whole 256-weight blocks (d_model and ffn_dim multiples of 256).
+    matrix_types: tuple[QT, ...] = ()
 
     @property
     def hd(self) -> int:
@@ -248,17 +253,22 @@ def write_tiny_gguf(path: Path, spec: TinySpec = TinySpec(),
             return
         scale = 0.5 if name == "token_embd.weight" else 0.08
         data = (scale * rng.standard_normal(shape)).astype(np.float32)
-        if spec.tensor_type in K_QUANT_SCALES:
-            w.add_tensor(name, random_k_quant(shape, spec.tensor_type, rng),
-                         raw_dtype=spec.tensor_type)
-        elif spec.tensor_type == QT.F32:
+        qtype = spec.matrix_types[next(turn) % len(spec.matrix_types)] \
+            if spec.matrix_types else spec.tensor_type
+        if qtype in K_QUANT_SCALES:
+            w.add_tensor(name, random_k_quant(shape, qtype, rng), raw_dtype=qtype)
+        elif qtype == QT.F32:
             w.add_tensor(name, data)
-        elif spec.tensor_type == QT.F16:
+        elif qtype == QT.F16:
             w.add_tensor(name, data.astype(np.float16))
-        else:
-            w.add_tensor(name, gguf.quants.quantize(data, spec.tensor_type),
-                         raw_dtype=spec.tensor_type)
+        elif qtype.name.startswith("IQ"):  # gguf-py cannot quantize these; ggml can
+            from .iq_blocks import quantize  # noqa: PLC0415 - needs the ggml bindings
 
+            w.add_tensor(name, quantize(data, qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
+
+    turn = itertools.count()
     for name, shape in tensor_shapes(spec, vocab).items():
         add(name, shape)
     w.write_header_to_file()

@@ -60,8 +60,8 @@ def choose_backend(requested: str, cache_dir: Path | None = None,
 def fit_to_model(choice: Choice, requested: str, cfg: ModelConfig,
                  cache_dir: Path | None = None) -> Choice:
     """`auto` never keeps a backend that cannot run the loaded model (the Vulkan shaders
-    implement the llama family only; ggml not yet hybrid layers): the model runs on the first
-    CPU backend that implements it."""
+    implement the llama family only, and read five tensor types): the model runs on the
+    first CPU backend that implements it."""
     if requested != "auto" or model_problem(choice.backend, cfg) is None:
         return choice
     return _cpu_choice(cache_dir, cfg)

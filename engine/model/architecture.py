@@ -7,9 +7,10 @@ the config, the weight loaders, every backend's forward pass and the snapshot id
 this table rather than testing architecture names. A GGUF that needs anything the table does
 not describe is refused with one line naming what is missing (support.py's `support_problem`).
 
-Each backend declares the features (FEATURES below) its forward pass implements;
-`backend_problem` says why a backend cannot run a model, for the backend choice, `channel
-doctor` and `channel models` alike.
+Each backend declares the features (FEATURES below) its forward pass implements, and the
+tensor types it reads (tensor_types.py's `<type>_weights` features); `backend_problem` says
+why a backend cannot run a model, for the backend choice, `channel doctor` and `channel
+models` alike.
 
 Adding an architecture: one `Architecture` entry, plus a forward-pass feature in each backend
 if it needs one the table cannot yet express (docs/models.md): name it in FEATURES, say when
@@ -28,6 +29,7 @@ from .delta_net import DELTA_TENSORS
 from .layer_kinds import CONV, DELTA, FULL, WINDOW, layer_kinds, layer_kv_heads, trunk_layers
 from .layer_kinds import LAYER_KINDS as LAYER_KINDS
 from .layer_kinds import swa_layer_kinds as swa_layer_kinds
+from .tensor_types import ALL_TYPE_FEATURES, TYPE_FEATURES
 
 INTERLEAVED = "interleaved"  # rotate (x[2i], x[2i+1]): llama.cpp permutes llama's Q/K rows so
 SPLIT_HALF = "split_half"  # rotate (x[i], x[i + d/2]): HF's layout, kept by qwen2/qwen3/phi3
@@ -169,6 +171,9 @@ FEATURES: dict[str, str] = {
     "delta_layers": "gated delta-net layers",
 }
 ALL_FEATURES = frozenset(FEATURES)
+# What a backend that implements every architecture feature and reads every tensor type
+# (numpy's f32 image) declares.
+EVERYTHING = ALL_FEATURES | ALL_TYPE_FEATURES
 
 
 def needed_features(arch: Architecture, q_dim: int, d_model: int,
@@ -198,12 +203,22 @@ def needed_features(arch: Architecture, q_dim: int, d_model: int,
 def backend_problem(needed: Collection[str], architecture: str, backend: str,
                     implemented: Collection[str]) -> str | None:
     """Why `backend`, implementing `implemented`, cannot run a model of `architecture` that
-    needs `needed` (needed_features), or None."""
+    needs `needed` (needed_features, and the tensor types' features: tensor_types.py), or
+    None."""
     missing = [FEATURES[name] for name in FEATURES if name in needed and name not in implemented]
-    if not missing:
+    unread = [TYPE_FEATURES[name] for name in TYPE_FEATURES
+              if name in needed and name not in implemented]
+    reasons = []
+    if missing:
+        reasons.append(f"does not implement {', '.join(missing)} "
+                       f"({architecture} needs {'it' if len(missing) == 1 else 'them'})")
+    if unread:  # name what it does read: the types to look for in another file
+        reads = [TYPE_FEATURES[name] for name in TYPE_FEATURES if name in implemented]
+        reasons.append(f"does not read {', '.join(unread)} weights "
+                       f"(it reads {', '.join(reads) or 'none'})")
+    if not reasons:
         return None
-    return (f"the {BACKEND_TITLES.get(backend, backend)} backend does not implement "
-            f"{', '.join(missing)} ({architecture} needs {'it' if len(missing) == 1 else 'them'})")
+    return f"the {BACKEND_TITLES.get(backend, backend)} backend {' and '.join(reasons)}"
 
 
 BACKEND_TITLES = {"numpy": "numpy", "ggml": "ggml", "vulkan": "Vulkan"}

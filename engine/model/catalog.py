@@ -26,11 +26,11 @@ from .catalog_sources import Found, Roots, find_ggufs
 from .chat_template import ChatTemplate, ChatTemplateError
 from .display_name import display_name, quant_label
 from .gguf_extent import truncation_problem
-from .gguf_file import SUPPORTED_TENSOR_TYPES
 from .gguf_header import GGUFHeader, GGUFHeaderError, read_header
 from .layer_kinds import layer_summary
 from .pretokenizers import pre_tokenizer_spec
 from .support import support_problem
+from .tensor_types import tensor_type_problem, type_features, type_names
 from .vocab import UnsupportedTokenizerError
 
 SUPPORTED = "supported"
@@ -52,7 +52,8 @@ class CatalogEntry:
     context_length: int | None = None
     problem: str | None = None  # why Channel cannot run it; None when it can
     aliases: list[str] = field(default_factory=list)  # Ollama names of this file
-    # What a backend must implement to run it (architecture.FEATURES); empty if unsupported.
+    # What a backend must implement to run it (architecture.FEATURES, and a `<type>_weights`
+    # per tensor type: tensor_types.py); empty if unsupported.
     features: list[str] = field(default_factory=list)
     layers: str = ""  # what a hybrid's layers keep (layer_kinds.layer_summary); "" otherwise
 
@@ -115,7 +116,8 @@ def describe(found: Found) -> CatalogEntry:
         quantization=quant, file_size=size,
         context_length=int(context) if isinstance(context, int) else None,
         problem=(problem := problem_of(header, size)), aliases=aliases,
-        features=[] if problem else sorted(metadata_features(header.get)),
+        features=[] if problem else sorted(metadata_features(header.get) | type_features(
+            type_names(t.ggml_type for t in header.tensors))),
         layers="" if problem else hybrid_layers(header),
     )
 
@@ -139,12 +141,8 @@ def problem_of(header: GGUFHeader, file_size: int | None = None) -> str | None:
     if problem is not None:
         return problem
     for t in header.tensors:
-        try:
-            kind = GGMLQuantizationType(t.ggml_type)
-        except ValueError:
-            return f"tensor {t.name} has unknown type code {t.ggml_type}"
-        if kind not in SUPPORTED_TENSOR_TYPES:
-            return f"tensor {t.name} has unsupported type {kind.name}"
+        if problem := tensor_type_problem(t.name, t.ggml_type):
+            return problem
     if file_size is not None and (problem := truncation_problem(header, file_size)):
         return problem
     return tokenizer_problem(header) or template_problem(header)

@@ -15,6 +15,7 @@ from .architecture import (
     needed_features,
     query_scale,
 )
+from .tensor_types import type_features
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,10 @@ class ModelConfig:
     delta_k_heads: int = 0
     delta_v_heads: int = 0
     delta_head_dim: int = 0
+    # The ggml types of the file's tensors, by name, sorted (tensor_types.py): each is a
+    # backend feature, so a backend that cannot read one is refused before it loads weights.
+    # (): not recorded (a config made by hand), which asks nothing of a backend.
+    tensor_types: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.layer_kinds and len(self.layer_kinds) != self.n_layers:
@@ -97,10 +102,11 @@ class ModelConfig:
 
     @property
     def features(self) -> frozenset[str]:
-        """What a backend's forward pass must implement to run this model."""
+        """What a backend must implement to run this model: its forward pass's features and
+        the tensor types it reads."""
         return needed_features(self.arch, self.q_dim, self.d_model, WINDOW in self.kinds,
                                CONV in self.kinds, DELTA in self.kinds,
-                               self.rotary_dim < self.head_dim)
+                               self.rotary_dim < self.head_dim) | type_features(self.tensor_types)
 
     @property
     def rotary_dim(self) -> int:
@@ -126,7 +132,8 @@ class ModelConfig:
     def from_dict(cls, record: dict) -> ModelConfig:
         """Rebuild from `dataclasses.asdict` output that went through JSON (lists for tuples)."""
         return cls(**{**record, "rope_freq_factors": tuple(record.get("rope_freq_factors", ())),
-                      "layer_kinds": tuple(record.get("layer_kinds", ()))})
+                      "layer_kinds": tuple(record.get("layer_kinds", ())),
+                      "tensor_types": tuple(record.get("tensor_types", ()))})
 
     @property
     def q_dim(self) -> int:

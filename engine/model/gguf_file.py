@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import xxhash
-from gguf import GGMLQuantizationType, GGUFReader, ReaderTensor
+from gguf import GGUFReader, ReaderTensor
 
 from ..errors import (
     MissingTensorError,
@@ -32,18 +32,10 @@ from .config import ModelConfig
 from .gguf_extent import truncation_problem
 from .gguf_header import GGUFHeaderError, read_header
 from .support import support_problem
+from .tensor_types import tensor_type_problem, type_names
 
 GGUF_MAGIC = b"GGUF"
 
-# Types the numpy backend can dequantize. The first group is quantizable by gguf-py too and so
-# is covered by round-trip tests; the K-quants are dequantize-only in gguf-py.
-SUPPORTED_TENSOR_TYPES = frozenset(
-    GGMLQuantizationType[name]
-    for name in (
-        "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
-        "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
-    )
-)
 
 
 @dataclass(frozen=True)
@@ -109,11 +101,8 @@ def open_model(path: str | os.PathLike) -> ModelFile:
     if problem is not None:
         raise UnsupportedArchitectureError(f"{problem}: {path}")
     for t in reader.tensors:
-        if t.tensor_type not in SUPPORTED_TENSOR_TYPES:
-            raise UnsupportedTensorTypeError(
-                f"tensor {t.name} has unsupported type {t.tensor_type.name} "
-                f"(supported: {', '.join(sorted(q.name for q in SUPPORTED_TENSOR_TYPES))}): {path}"
-            )
+        if problem := tensor_type_problem(t.name, int(t.tensor_type), listing=True):
+            raise UnsupportedTensorTypeError(f"{problem}: {path}")
     try:
         config = _config_from_metadata(get, tensors, path)
     except (TypeError, ValueError) as exc:  # a string where a count belongs, and the like
@@ -209,6 +198,7 @@ def _config_from_metadata(get, tensors: dict[str, ReaderTensor], path: Path) -> 
         delta_k_heads=int(need("ssm.group_count")) if delta else 0,
         delta_v_heads=int(need("ssm.time_step_rank")) if delta else 0,
         delta_head_dim=int(need("ssm.state_size")) if delta else 0,
+        tensor_types=type_names(int(t.tensor_type) for t in tensors.values()),
     )
     if n_heads <= 0 or config.n_kv_heads <= 0 or config.n_heads % config.n_kv_heads:
         raise UnsupportedArchitectureError(

@@ -33,8 +33,9 @@ from .weights import Weights, build_image, map_image
 Progress = Callable[[int, int], None]
 # 2: architecture fields in the config; 3: the tokenizer's add_bos and EOG set; 4: `name` is
 # the display name (display_name.py), not general.name; 5: the config's sliding_window;
-# 6: the recommended sampling (general.sampling.*).
-META_VERSION = 6
+# 6: the recommended sampling (general.sampling.*); 7: the config's tensor_types (a backend
+# that cannot read one of them is refused: an older record, without them, would ask nothing).
+META_VERSION = 7
 SAMPLING_PREFIX = "general.sampling."
 
 

@@ -26,11 +26,19 @@ loader; the backend itself (backend.py) is imported where it is started.
 | compile.py | `python -m engine.backends.vulkan.compile`: shaders/*.comp to SPIR-V |
 """
 
+from gguf import GGMLQuantizationType as _QT
+
+from ...model.tensor_types import features_of
 from .context import probe
 from .loader import DeviceInfo, UnsupportedTensorTypeForVulkanError, VulkanUnavailableError
 
-# The shaders implement the llama layout only (architecture.py's FEATURES lists the rest).
-FEATURES: frozenset[str] = frozenset()
-__all__ = ["FEATURES", "DeviceInfo", "UnsupportedTensorTypeForVulkanError",
+# The tensor types the shaders read (weights.py's ENCODINGS, shaders/common.glsl's QT_*).
+# Declared as features, so that a model with any other type (K-quants, Q5_x, BF16, IQ) is
+# refused by backend_problem before its weights are uploaded, and `auto` runs it on a CPU.
+READ_TYPES: frozenset[_QT] = frozenset({_QT.F32, _QT.F16, _QT.Q4_0, _QT.Q4_1, _QT.Q8_0})
+# Those types are all it declares: the shaders implement the llama layout, and none of the
+# architecture FEATURES (architecture.py) beyond it.
+FEATURES: frozenset[str] = features_of(READ_TYPES)
+__all__ = ["FEATURES", "READ_TYPES", "DeviceInfo", "UnsupportedTensorTypeForVulkanError",
            "VulkanUnavailableError", "probe"]
 

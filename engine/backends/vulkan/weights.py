@@ -31,7 +31,9 @@ ENCODINGS = {
     3: (20, 1, (4, 20), 4),  # Q4_1: f16 d, f16 m, 16 bytes of nibbles
     8: (34, 2, (2, 34), 2),  # Q8_0: f16 d, 32 int8s
 }
-TYPE_NAMES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 8: "Q8_0"}
+# The package's READ_TYPES declares these to backend_problem, which refuses a model with any
+# other type before upload (tests/test_iq_types.py holds the two to each other).
+TYPE_NAMES = {code: GGMLQuantizationType(code).name for code in ENCODINGS}
 
 
 @dataclass(frozen=True)
