@@ -10,6 +10,7 @@ embeddings unless --untied. The tensors are the ones engine/model/architecture.p
 
     .venv/bin/python scripts/make_synthetic_gguf.py /tmp/synth/tiny.gguf --preset tiny
     .venv/bin/python scripts/make_synthetic_gguf.py /tmp/synth/1.7b.gguf --preset 1.7b
+    .venv/bin/python scripts/make_synthetic_gguf.py /tmp/synth/8b.gguf --preset 8b
     .venv/bin/python scripts/make_synthetic_gguf.py /tmp/synth/qwen3.gguf --preset qwen3-0.6b \\
         --tokenizer-from tests/fixtures/vocab/qwen2.gguf
     .venv/bin/python scripts/make_synthetic_gguf.py OUT.gguf --layers 24 --d-model 2048 \\
@@ -119,6 +120,9 @@ PRESETS: dict[str, Geometry] = {
     # SmolLM2-1.7B's shape (its vocabulary is the same 49152-token one).
     "1.7b": Geometry(24, 2048, 32, 32, 8192, 8192, 130000.0, 1e-5, "Q4_0"),
     "tiny": Geometry(2, 64, 4, 2, 128, 2048, 10000.0, 1e-5, "Q4_0"),
+    # Llama-3-8B's trunk (issue 34's 8B class: its 4.1 GB of Q4_0 passed one texel view on an
+    # H200), with the shipped 49152-token vocabulary; --untied adds a separate output matrix.
+    "8b": Geometry(32, 4096, 32, 8, 14336, 8192, 500000.0, 1e-5, "Q4_0"),
     # Qwen2.5-0.5B's and Qwen3-0.6B's shapes (pass --tokenizer-from a qwen2 vocabulary).
     "qwen2.5-0.5b": Geometry(24, 896, 14, 2, 4864, 32768, 1e6, 1e-6, "Q4_0", "qwen2"),
     "qwen3-0.6b": Geometry(28, 1024, 16, 8, 3072, 40960, 1e6, 1e-6, "Q4_0", "qwen3", 128),

@@ -83,11 +83,11 @@ layout(push_constant) uniform Push {
     uint w_block;   // matmul, embed: first WS word of the matrix
     uint norm_off;  // matmul, rmsnorm: VEC offset of the norm weights
     uint in_off;    // act offset of the input rows
-    uint out_off;   // act offset of the output rows
-    uint layer;     // K/V plane
-    uint p_row0;    // first probability row of this pass
-    uint count;     // mass: rows to sum; rebase: live slots
-    uint flags;     // mass: 1 = add to mass instead of overwriting it
+    uint out_off;   // act offset of the output rows; logits: the first row of W's piece
+    uint layer;     // K/V plane, within the bound group of layers' planes
+    uint p_row0;    // first probability row of this pass; embed: first row of W's piece
+    uint count;     // mass: rows to sum; rebase: live slots; embed: rows of W's piece
+    uint flags;     // mass: 1 = add to mass instead of overwriting it; rebase: layers bound
     uint per_t;     // mass: probability rows per query token
 } pc;
 

@@ -1,6 +1,8 @@
 #version 450
 // Embedding lookup: act[out + t*D ..] = dequantized row tokens[t] of the embedding matrix.
-// One invocation per (token, 32-element block).
+// One invocation per (token, 32-element block). Where the matrix is cut into pieces of rows
+// (weights past one texel view: engine/backends/vulkan/chunks.py), one dispatch per piece, each
+// writing the tokens whose rows it holds: rows [pc.p_row0, pc.p_row0 + pc.count).
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
@@ -13,7 +15,9 @@ void main() {
     uint id = gl_GlobalInvocationID.x;
     uint t = id / NBD, b = id % NBD;
     if (t >= prm.C) return;
-    uint blk = uint(prm.tokens[t]) * NBD + b;
+    uint row = uint(prm.tokens[t]) - pc.p_row0;  // wraps past count for rows before the piece
+    if (row >= pc.count) return;
+    uint blk = row * NBD + b;
     vec4 w[8];
     float d, m;
     load_block(pc.w_texel + blk * TPB, pc.w_block + blk, w, d, m);

@@ -41,6 +41,6 @@ void store_value(uint tok, uint row, float y, float up) {
     } else if (MODE == MODE_GATEUP) {
         act[pc.out_off + tok * M + row] = y / (1.0 + exp(-y)) * up;
     } else {
-        logits[row] = y;
+        logits[pc.out_off + row] = y;  // out_off: a piece of the output matrix's first row
     }
 }

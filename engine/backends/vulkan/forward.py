@@ -176,11 +176,11 @@ class VulkanForward(ForwardPass):
         pairs = count * self.cfg.kv_dim // 2
 
         def record(cb) -> None:
-            v = self.ctx.vk
-            v.vkCmdBindDescriptorSets(cb, v.VK_PIPELINE_BIND_POINT_COMPUTE, self.pipes.layout,
-                                      0, 1, [self.res.set], 0, None)
             rec.cb = cb
-            rec._dispatch("rope_rebase", {"WG": wg}, (ceil_div(pairs, wg), 1), count=count)
+            rec.bind(cb)
+            for first, layers in self.res.kv_groups:  # one group: one dispatch, as before
+                rec._dispatch("rope_rebase", {"WG": wg}, (ceil_div(pairs, wg), 1),
+                              kv_layer=first, count=count, flags=layers)
 
         run_once(self.ctx, record)
 

@@ -58,6 +58,7 @@ class PassRecorder:
             "ARGMAX_GROUPS": tuning.argmax_groups, "ARGMAX_BASE": res.argmax_base,
         }
         self.dispatches = 0
+        self._bound = (0, 0)  # the descriptor set bound: (weight chunk, K/V group)
         self.timer: DispatchTimer | None = None  # set: record() stamps every dispatch
         self._timing: DispatchTimer | None = None  # the timer of the recording under way
 
@@ -67,8 +68,7 @@ class PassRecorder:
         v = self.v
         self.cb, self.dispatches = cb, 0
         v.vkBeginCommandBuffer(cb, v.VkCommandBufferBeginInfo())
-        v.vkCmdBindDescriptorSets(cb, v.VK_PIPELINE_BIND_POINT_COMPUTE, self.pipes.layout, 0, 1,
-                                  [self.res.set], 0, None)
+        self.bind(cb)
         self._timing = self.timer
         if self._timing is not None:
             self._timing.begin(cb)
@@ -92,9 +92,28 @@ class PassRecorder:
         self._timing = None
         return self.dispatches
 
-    def _dispatch(self, shader: str, spec: dict, groups: tuple[int, ...], **push: int) -> None:
-        """groups: workgroups along x, y and (optionally) z."""
+    def bind(self, cb, chunk: int = 0, group: int = 0) -> None:
+        """Bind the descriptor set of weight chunk `chunk` and K/V layer group `group`."""
+        v = self.v
+        v.vkCmdBindDescriptorSets(cb, v.VK_PIPELINE_BIND_POINT_COMPUTE, self.pipes.layout, 0, 1,
+                                  [self.res.sets.get(chunk, group)], 0, None)
+        self._bound = (chunk, group)
+
+    def _dispatch(self, shader: str, spec: dict, groups: tuple[int, ...], *,
+                  chunk: int | None = None, kv_layer: int | None = None, **push: int) -> None:
+        """groups: workgroups along x, y and (optionally) z. `chunk`: the weight chunk the
+        dispatch reads; `kv_layer`: the layer whose K/V planes it reads or writes (passed to
+        the shader as `layer`, within its group). Where the set bound holds another chunk or
+        group, the one that holds these is bound first (a model that fits one binding of each
+        never rebinds: one set)."""
         v, ffi = self.v, self.pipes.ctx.ffi
+        want_chunk, want_group = self._bound
+        if chunk is not None:
+            want_chunk = chunk
+        if kv_layer is not None:
+            want_group, push["layer"] = self.res.kv_place(kv_layer)
+        if (want_chunk, want_group) != self._bound:
+            self.bind(self.cb, want_chunk, want_group)
         pipeline = self.pipes.get(shader, {**self.common, **spec})
         v.vkCmdBindPipeline(self.cb, v.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline)
         fields = ("w_texel", "w_block", "norm_off", "in_off", "out_off", "layer", "p_row0",
@@ -122,12 +141,14 @@ class PassRecorder:
 
     # -- the pass -------------------------------------------------------------------------
     def _matmul(self, shape: PassShape, mode: int, m: Matrix, *, norm: int | None,
-                in_off: int, out_off: int, layer: int = 0) -> None:
+                in_off: int, out_off: int, layer: int | None = None) -> None:
+        """`layer`: q|k|v's, whose K/V planes the epilogue writes. The logits' `out_off` is the
+        first logit a piece of the output matrix writes."""
         t = self.t
         gate_up = mode == MODE_GATEUP
         if mode != MODE_LOGITS and record_product(self, shape, mode, m, gate_up=gate_up,
                                                   norm=norm, in_off=in_off, out_off=out_off,
-                                                  layer=layer):
+                                                  kv_layer=layer):
             return
         rows = m.rows // 2 if gate_up else m.rows
         tokens = 1 if mode == MODE_LOGITS else matmul_tokens(
@@ -137,15 +158,17 @@ class PassRecorder:
                 "MODE": mode, "NORM": int(norm is not None), "K": m.cols, "M": rows}
         groups = (ceil_div(rows, r * (t.wg // t.split)),
                   1 if mode == MODE_LOGITS else ceil_div(shape.bucket, tokens))
-        self._dispatch("matmul", spec, groups, w_texel=m.texel, w_block=m.block,
-                       norm_off=norm or 0, in_off=in_off, out_off=out_off, layer=layer)
+        self._dispatch("matmul", spec, groups, chunk=m.chunk, kv_layer=layer, w_texel=m.texel,
+                       w_block=m.block, norm_off=norm or 0, in_off=in_off, out_off=out_off)
 
     def _forward(self, shape: PassShape) -> None:
         cfg, w, a, sw = self.cfg, self.w, self.res.act_layout, self.t.small_wg
-        small = {"WG": sw, "QTYPE": w.embed.qtype}
         per_token_blocks = cfg.d_model // 32
-        self._dispatch("embed", small, (ceil_div(shape.bucket * per_token_blocks, sw), 1),
-                       w_texel=w.embed.texel, w_block=w.embed.block, out_off=a.x)
+        for piece in w.embed:  # each token's row is in one piece; the others skip it
+            self._dispatch("embed", {"WG": sw, "QTYPE": piece.qtype},
+                           (ceil_div(shape.bucket * per_token_blocks, sw), 1), chunk=piece.chunk,
+                           w_texel=piece.texel, w_block=piece.block, out_off=a.x,
+                           p_row0=piece.row0, count=piece.rows)
         self._barrier()
         slots = self.common["S"]
         for i, lw in enumerate(w.layers):
@@ -156,11 +179,11 @@ class PassRecorder:
                 wg = self.pipes.ctx.subgroup_size * self.t.split_subgroups
                 self._dispatch("attention_split", {"WG": wg},
                                (self.t.max_splits, cfg.n_kv_heads),
-                               in_off=a.q, out_off=a.attn, layer=i, p_row0=i * cfg.n_heads)
+                               in_off=a.q, out_off=a.attn, kv_layer=i, p_row0=i * cfg.n_heads)
             elif not record_attention(self, shape, in_off=a.q, out_off=a.attn, layer=i):
                 self._dispatch("attention", {"WG": self.pipes.ctx.subgroup_size},
                                (cfg.n_kv_heads, shape.bucket),
-                               in_off=a.q, out_off=a.attn, layer=i, p_row0=0)
+                               in_off=a.q, out_off=a.attn, kv_layer=i, p_row0=0)
             self._barrier()
             if not shape.decode:  # runs beside wo: both only read what attention wrote
                 # The last layer's also folds the pass's mass into the ring's scores (16).
@@ -180,8 +203,9 @@ class PassRecorder:
             self._dispatch("rmsnorm", {"WG": sw}, (shape.bucket, 1), in_off=a.x,
                            norm_off=w.output_norm)
         if shape.logits:
-            self._matmul(shape, MODE_LOGITS, w.output, norm=w.output_norm, in_off=a.x,
-                         out_off=0)
+            for piece in w.output:  # disjoint rows of the logits: no barrier between pieces
+                self._matmul(shape, MODE_LOGITS, piece, norm=w.output_norm, in_off=a.x,
+                             out_off=piece.row0)
             self._barrier()
         if shape.decode:
             # Every layer's mass from its split factors (2), folded into the ring's scores (16),

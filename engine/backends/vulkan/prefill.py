@@ -44,7 +44,7 @@ def attention_tiles(t: Tuning, bucket: int) -> int:
 
 def record_product(rec: PassRecorder, shape: PassShape, mode: int, m: Matrix, *,
                    gate_up: bool, norm: int | None, in_off: int, out_off: int,
-                   layer: int) -> bool:
+                   kv_layer: int | None) -> bool:
     """Record Y = X W^T over the chunk in tiles with matmul.comp's epilogue `mode` (not the
     logits: one token); False if this pass shape is not tiled (decode, small chunks)."""
     if not tiled(rec.t, shape):
@@ -56,8 +56,8 @@ def record_product(rec: PassRecorder, shape: PassShape, mode: int, m: Matrix, *,
     spec = {"WG": wg, "R": TILE_ROWS, "T": tokens, "QTYPE": m.qtype, "MODE": mode,
             "NORM": int(norm is not None), "K": m.cols, "M": rows}
     groups = (ceil_div(rows, out_rows), ceil_div(shape.bucket, tokens))
-    rec._dispatch(shader, spec, groups, w_texel=m.texel, w_block=m.block, norm_off=norm or 0,
-                  in_off=in_off, out_off=out_off, layer=layer)
+    rec._dispatch(shader, spec, groups, chunk=m.chunk, kv_layer=kv_layer, w_texel=m.texel,
+                  w_block=m.block, norm_off=norm or 0, in_off=in_off, out_off=out_off)
     return True
 
 
@@ -71,7 +71,7 @@ def record_attention(rec: PassRecorder, shape: PassShape, *, in_off: int, out_of
         return False
     groups = (rec.cfg.n_heads, attention_tiles(t, shape.bucket), t.prefill_splits)
     rec._dispatch("attention_prefill", {"WG": ATTN_WG, "T": t.prefill_queries}, groups,
-                  in_off=in_off, out_off=out_off, layer=layer, p_row0=0)
+                  in_off=in_off, out_off=out_off, kv_layer=layer, p_row0=0)
     return True
 
 

@@ -6,7 +6,6 @@ StateArena already lives; everything here is scratch that is never saved.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,16 +14,15 @@ from ...model.config import ModelConfig
 from ...state.arena import StateArena
 from .buffers import (
     HOST_CACHED,
-    R32_UINT,
     RGBA32_SFLOAT,
-    RGBA32_UINT,
     DeviceBuffer,
     device_buffer,
     host_buffer,
     readback_buffer,
 )
+from .descriptors import DescriptorSets, kv_groups
 from .options import current as current_options
-from .pipelines import BINDINGS, TEXEL, Pipelines
+from .pipelines import Pipelines
 from .prefill import attention_tiles
 from .tuning import Tuning
 from .upload import fill_zero
@@ -100,20 +98,6 @@ class ConversationResources:
         self.out_buf = readback_buffer(ctx, 64, "out")
         self.out = self.out_buf.array[:16].view(np.uint32)  # [4]: argmax index, its logit bits
 
-        v = ctx.vk
-        texel_n = sum(1 for k in pipes.descriptor_types.values()
-                      if k == v.VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER)
-        sizes = [v.VkDescriptorPoolSize(type=v.VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER,
-                                        descriptorCount=texel_n),
-                 v.VkDescriptorPoolSize(type=v.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                                        descriptorCount=len(pipes.descriptor_types) - texel_n)]
-        self.pool = v.vkCreateDescriptorPool(ctx.device, v.VkDescriptorPoolCreateInfo(
-            maxSets=1, poolSizeCount=2, pPoolSizes=sizes), None)
-        self.set = v.vkAllocateDescriptorSets(ctx.device, v.VkDescriptorSetAllocateInfo(
-            descriptorPool=self.pool, descriptorSetCount=1, pSetLayouts=[pipes.set_layout]))[0]
-        release = weakref.finalize(self, v.vkDestroyDescriptorPool, ctx.device, self.pool, None)
-        release.atexit = False
-
         base = self.arena_offset
 
         def region(name: str) -> tuple[DeviceBuffer, int, int]:
@@ -121,11 +105,10 @@ class ConversationResources:
             return arena_buf, base + r.offset, r.nbytes
 
         whole = lambda b: (b, 0, b.size)  # noqa: E731
-        bindings = {
-            0: (whole(weights.wq), RGBA32_UINT, 16), 1: (whole(weights.ws), R32_UINT, 4),
+        # Bindings 0-1 (a weight chunk) and 4-7 (a group of layers' K/V planes) differ per
+        # set (descriptors.py); these are the same in every set.
+        shared = {
             2: whole(weights.vec), 3: whole(self.act),
-            4: region("k_cache"), 5: (region("k_cache"), RGBA32_SFLOAT, 16),
-            6: region("v_cache"), 7: (region("v_cache"), RGBA32_SFLOAT, 16),
             8: region("mass"), 9: region("logits"), 10: whole(self.params),
             11: whole(self.probs), 12: whole(self.hidden_buf),
             13: region("rebase_cos"), 14: region("rebase_sin"),
@@ -133,28 +116,19 @@ class ConversationResources:
             17: whole(self.out_buf), 18: whole(self.splits), 19: whole(self.counters),
             20: region("slot_salience"),
         }
-        writes = []
-        self._keep = []
-        for binding, spec in bindings.items():
-            kind = pipes.descriptor_types[binding]
-            if BINDINGS[binding] == TEXEL:
-                (buf, off, nbytes), fmt, texel_bytes = spec
-                view = buf.texel_view(fmt, off, nbytes - nbytes % texel_bytes, texel_bytes)
-                writes.append(v.VkWriteDescriptorSet(dstSet=self.set, dstBinding=binding,
-                                                     descriptorCount=1, descriptorType=kind,
-                                                     pTexelBufferView=[view]))
-            else:
-                buf, off, nbytes = spec
-                _check_storage(ctx, buf, off, nbytes)
-                info = v.VkDescriptorBufferInfo(buffer=buf.handle, offset=off, range=nbytes)
-                self._keep.append(info)
-                writes.append(v.VkWriteDescriptorSet(dstSet=self.set, dstBinding=binding,
-                                                     descriptorCount=1, descriptorType=kind,
-                                                     pBufferInfo=[info]))
-        v.vkUpdateDescriptorSets(ctx.device, len(writes), writes, 0, None)
-        self._keep.clear()
+        plane = arena.layout["k_cache"].nbytes // cfg.n_layers  # one layer's K (or V) plane
+        self.kv_groups = kv_groups(ctx, cfg.n_layers, plane)
+        self._kv_group = [g for g, (_, n) in enumerate(self.kv_groups) for _ in range(n)]
+        self.sets = DescriptorSets(ctx, pipes, weights, shared, region("k_cache"),
+                                   region("v_cache"), self.kv_groups, plane)
+        self.set = self.sets.get(0, 0)  # the only one where everything fits one binding
         # Texel views belong to their buffers; the arena's also die with it, so hold the buffer.
         self.arena_buf = arena_buf
+
+    def kv_place(self, layer: int) -> tuple[int, int]:
+        """(K/V group, layer within it) of `layer`: the shaders index the bound planes so."""
+        g = self._kv_group[layer]
+        return g, layer - self.kv_groups[g][0]
 
     def set_step(self, count: int, n0: int, pos0: int, decay: float) -> None:
         """The pass's tokens: `count` of them from slot n0 at position pos0; `decay` is the
@@ -172,14 +146,4 @@ class ConversationResources:
 def base_offset(arena: StateArena, arena_buf: DeviceBuffer) -> int:
     """The arena's aligned base, as an offset into its device buffer."""
     return arena.base_address - arena_buf.address
-
-
-def _check_storage(ctx, buf: DeviceBuffer, offset: int, nbytes: int) -> None:
-    lim = ctx.limits
-    if offset % lim.storage_offset_align:
-        raise ValueError(f"{buf.label}: storage offset {offset} is misaligned")
-    if nbytes > lim.max_storage_range:
-        raise ValueError(
-            f"{buf.label}: a {nbytes}-byte region exceeds this device's storage-buffer limit "
-            f"of {lim.max_storage_range} bytes (use a smaller ring: fewer slots)")
 

@@ -1,0 +1,157 @@
+"""Where each weight matrix goes: texel and block offsets within chunks that fit one texel view.
+
+A texel view holds at most the device's maxTexelBufferElements texels (2^27 on an H200: 2 GiB
+of RGBA32UI payload, 134M scale words), and an 8B model's payload alone is 230M texels at Q4_0,
+so the matrices are packed, in the order the pass reads them, into chunks: each chunk is its
+own payload buffer and scale buffer, each bound whole as one view, and a dispatch reads the
+chunk of its matrix (passes.py binds that chunk's descriptor set). A model that fits one chunk
+keeps today's single pair of buffers and offsets exactly.
+
+A matrix never straddles two chunks. Only the token embedding and the output matrix may be
+larger than a chunk on their own (a 128k vocabulary); they are cut into pieces of whole rows,
+each dispatched on its own: embed.comp skips the tokens outside its piece, and the logits
+product writes its rows at the piece's first row. A layer's matrix that exceeds a chunk alone
+is refused in one line naming the tensor and the limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gguf import GGMLQuantizationType
+
+from ...align import align_up
+from ...model.model import TensorInfo
+from .loader import UnsupportedModelForVulkanError, UnsupportedTensorTypeForVulkanError
+
+# ggml type -> (bytes per 32-element block, texels per block, payload byte range, scale bytes).
+# The codes equal shaders/common.glsl's QT_* constants.
+ENCODINGS = {
+    0: (128, 8, (0, 128), 0),  # F32
+    1: (64, 4, (0, 64), 0),  # F16
+    2: (18, 1, (2, 18), 2),  # Q4_0: f16 d, 16 bytes of nibbles
+    3: (20, 1, (4, 20), 4),  # Q4_1: f16 d, f16 m, 16 bytes of nibbles
+    8: (34, 2, (2, 34), 2),  # Q8_0: f16 d, 32 int8s
+}
+# The package's READ_TYPES declares these to backend_problem, which refuses a model with any
+# other type before upload (tests/test_iq_types.py holds the two to each other).
+TYPE_NAMES = {code: GGMLQuantizationType(code).name for code in ENCODINGS}
+
+
+@dataclass(frozen=True)
+class Matrix:
+    qtype: int  # ggml type code
+    rows: int
+    cols: int
+    texel: int  # first texel in its chunk's payload buffer
+    block: int  # first scale word in its chunk's scale buffer
+    chunk: int = 0  # which chunk's buffers hold it
+    row0: int = 0  # a piece of token_embd/output: its first row in the whole matrix
+
+
+@dataclass(frozen=True)
+class Copy:
+    """Blocks [first, first + count) of `tensor` go to `chunk` at (texel, block)."""
+
+    tensor: str
+    chunk: int
+    texel: int
+    block: int
+    first: int
+    count: int
+
+
+class Planner:
+    """Assigns chunks and offsets; remembers what to copy where."""
+
+    def __init__(self, tensors: dict[str, TensorInfo], max_texels: int):
+        self.tensors, self.cap = tensors, max_texels
+        self.chunks: list[list[int]] = [[0, 0]]  # per chunk: [texels, blocks] used
+        self.floats = 0
+        self.copies: list[Copy] = []
+        self.vectors: list[tuple[str, int]] = []  # (tensor, vec offset)
+
+    def info(self, name: str) -> TensorInfo:
+        t = self.tensors.get(name)
+        if t is None:
+            raise UnsupportedTensorTypeForVulkanError(f"model has no tensor {name!r}")
+        if t.ggml_type not in ENCODINGS:
+            try:
+                kind = GGMLQuantizationType(t.ggml_type).name
+            except ValueError:
+                kind = f"ggml type {t.ggml_type}"
+            raise UnsupportedTensorTypeForVulkanError(
+                f"tensor {name} is {kind}; the Vulkan backend reads "
+                f"{', '.join(TYPE_NAMES.values())} (use --backend numpy)")
+        return t
+
+    def _infos(self, names: tuple[str, ...]) -> tuple[int, int, list[TensorInfo]]:
+        infos = [self.info(n) for n in names]
+        qtype, cols = infos[0].ggml_type, infos[0].shape[0]
+        if any(i.ggml_type != qtype or i.shape[0] != cols for i in infos):
+            raise UnsupportedTensorTypeForVulkanError(
+                f"tensors {', '.join(names)} mix types or widths; the Vulkan backend fuses them")
+        if cols % 32:
+            raise UnsupportedTensorTypeForVulkanError(
+                f"tensor {names[0]} rows of {cols} are not whole 32-element blocks")
+        return qtype, cols, infos
+
+    def _room(self, texels: int, blocks: int) -> bool:
+        used_t, used_b = self.chunks[-1]
+        return used_t + texels <= self.cap and used_b + blocks <= self.cap
+
+    def matrix(self, *names: str, pieces: bool = False) -> tuple[Matrix, ...]:
+        """The matrix of `names` stacked by rows, whole in one chunk (a new one where the
+        current chunk is full); with `pieces`, cut into runs of rows where it exceeds a chunk."""
+        qtype, cols, infos = self._infos(names)
+        tpb, rows = ENCODINGS[qtype][1], sum(i.shape[1] for i in infos)
+        blocks = rows * cols // 32
+        if not self._room(blocks * tpb, blocks) and self.chunks[-1] != [0, 0]:
+            self.chunks.append([0, 0])
+        if self._room(blocks * tpb, blocks):
+            chunk, (texel, block) = len(self.chunks) - 1, self.chunks[-1]
+            m = Matrix(qtype, rows, cols, texel, block, chunk)
+            for name, i in zip(names, infos):
+                n = i.shape[0] * i.shape[1] // 32
+                self.copies.append(Copy(name, chunk, texel, block, 0, n))
+                texel, block = texel + n * tpb, block + n
+            self.chunks[-1] = [texel, block]
+            return (m,)
+        if not pieces or len(names) > 1:
+            raise UnsupportedModelForVulkanError(
+                f"tensor {'+'.join(names)}: {blocks * tpb} texels exceed this device's "
+                f"maxTexelBufferElements of {self.cap}")
+        return self._pieces(names[0], qtype, rows, cols)
+
+    def _pieces(self, name: str, qtype: int, rows: int, cols: int) -> tuple[Matrix, ...]:
+        nb, tpb = cols // 32, ENCODINGS[qtype][1]
+        if nb * tpb > self.cap:
+            raise UnsupportedModelForVulkanError(
+                f"tensor {name}: one row of {nb * tpb} texels exceeds this device's "
+                f"maxTexelBufferElements of {self.cap}")
+        out, row = [], 0
+        while row < rows:
+            texel, block = self.chunks[-1]
+            fit = min((self.cap - texel) // (nb * tpb), (self.cap - block) // nb, rows - row)
+            if fit == 0:
+                self.chunks.append([0, 0])
+                continue
+            chunk = len(self.chunks) - 1
+            self.copies.append(Copy(name, chunk, texel, block, row * nb, fit * nb))
+            out.append(Matrix(qtype, fit, cols, texel, block, chunk, row))
+            self.chunks[-1] = [texel + fit * nb * tpb, block + fit * nb]
+            row += fit
+        return tuple(out)
+
+    def vector(self, name: str, length: int) -> int:
+        t = self.info(name)
+        if t.ggml_type not in (0, 1) or t.shape[0] != length:
+            raise UnsupportedTensorTypeForVulkanError(f"norm {name} must be F32/F16 of {length}")
+        return self.table(length, name)
+
+    def table(self, length: int, name: str = "") -> int:
+        off = self.floats
+        if name:
+            self.vectors.append((name, off))
+        self.floats += align_up(length, 16)  # 64-byte aligned starts
+        return off
