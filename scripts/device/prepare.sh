@@ -4,7 +4,8 @@
 #   scripts/device/prepare.sh [MAIN]      (MAIN: the checkout that travels, default /work/main)
 #   .gl/     the Vulkan loader and GL dispatch debs (the device image has no libvulkan.so.1)
 #   .whl/    py3.12 wheels the engine and the bench need that the device image lacks; READY
-#   .model/  the shipped GGUF in two parts, each small enough to travel with the rest
+#   .model/  the shipped GGUF in two parts, each small enough to travel with the rest, and
+#            its vocabulary alone (tokenizer.gguf) for synthetic models of other shapes
 #   .llama/  llama.cpp from the llama-cpp-python 0.3.36 sdist, trimmed to the llama-bench
 #            target, as llama.cpp.tar.gz (gzip: every image has it), with build_llama_bench.sh
 set -euo pipefail
@@ -45,6 +46,27 @@ if [ ! -f .model/part2 ]; then
     head -c $((47 << 20)) "$model" > .model/part1
     tail -c +$(((47 << 20) + 1)) "$model" > .model/part2
     cp "$here/model.sha256" .model/  # the joined file's; call 2 checks it
+fi
+
+# The shipped vocabulary alone (1.8 MiB), from which make_synthetic_gguf.py writes random
+# models of other shapes on the device (load_8b.sh, profile.sh): every tokenizer.* key, no
+# tensors.
+if [ ! -f .model/tokenizer.gguf ]; then
+    "$main"/.venv/bin/python - "$model" .model/tokenizer.gguf <<'PY'
+import sys
+from gguf import GGUFReader, GGUFValueType, GGUFWriter
+reader = GGUFReader(sys.argv[1])
+writer = GGUFWriter(sys.argv[2], arch=reader.fields["general.architecture"].contents())
+for name, field in reader.fields.items():
+    if name.startswith("tokenizer."):
+        if field.types[0] == GGUFValueType.ARRAY:
+            writer.add_array(name, field.contents())
+        else:
+            writer.add_key_value(name, field.contents(), field.types[0])
+writer.write_header_to_file()
+writer.write_kv_data_to_file()
+writer.close()
+PY
 fi
 
 if [ ! -f .llama/llama.cpp.tar.gz ]; then
