@@ -71,6 +71,34 @@ def test_views_go_stale_after_reset_and_restore() -> None:
         current.check()
 
 
+@pytest.mark.parametrize("backend", ["numpy", "ggml"])
+def test_a_dropped_conversation_frees_its_arena_at_once(tiny_model, backend) -> None:
+    """Without waiting for the cyclic collector: an engine that opens session after session
+    must not hold each earlier one's arena (views once pointed back at their arena)."""
+    import weakref  # noqa: PLC0415
+
+    from engine.conversation import Conversation  # noqa: PLC0415
+
+    if backend == "ggml":
+        pytest.importorskip("ggml", reason="ggml-python is not installed")
+        from engine.backends.ggml.backend import GgmlBackend as Backend  # noqa: PLC0415
+    else:
+        from engine.backends.numpy.backend import NumpyBackend as Backend  # noqa: PLC0415
+    gc.collect()
+    gc.disable()
+    try:
+        conv = Conversation(tiny_model, backend=Backend())
+        conv.ingest([1, 2, 3])
+        conv.forward.decode_one_token(4)
+        views, arena = conv.arena.views(), weakref.ref(conv.arena)
+        del conv
+        assert arena() is None
+        with pytest.raises(StaleViewError, match="freed"):
+            views.check()
+    finally:
+        gc.enable()
+
+
 def test_reset_zeroes_state_but_keeps_constants() -> None:
     arena = StateArena(conversation_layout(TINY, RingPolicy().scaled_to(64)))
     v = arena.views()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import mmap
+import weakref
 from collections.abc import Callable
 
 import numpy as np
@@ -154,16 +155,23 @@ class ArenaViews:
     """Typed views of every region, stamped with the arena generation they were made for."""
 
     def __init__(self, arena: StateArena, generation: int, views: dict[str, np.ndarray]):
-        self._arena = arena
+        # A weak reference: the arena holds its current views, and a strong one back would
+        # make a cycle that keeps a dropped conversation's whole arena (hundreds of MB) alive
+        # until the cyclic collector happens to run.
+        self._arena = weakref.ref(arena)
         self.generation = generation
         self.__dict__.update(views)
 
     def check(self) -> ArenaViews:
         """Raise StaleViewError unless these views are still the arena's current ones."""
-        if self.generation != self._arena.generation:
+        arena = self._arena()
+        if arena is None:
+            raise StaleViewError(f"arena views of generation {self.generation} used after "
+                                 "the arena was freed")
+        if self.generation != arena.generation:
             raise StaleViewError(
                 f"arena views of generation {self.generation} used after the arena moved to "
-                f"generation {self._arena.generation} (reset or restore)"
+                f"generation {arena.generation} (reset or restore)"
             )
         return self
 
