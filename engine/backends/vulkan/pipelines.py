@@ -26,6 +26,7 @@ SPEC_IDS = {
     "PREFILL_RUN_TILES": 28,  # split.glsl
     "FOLD_LOADS": 29, "SPLIT_SUBGROUPS": 32, "VALUE_LOADS": 33,  # attention_split.comp
     "ARGMAX_GROUPS": 30, "ARGMAX_BASE": 31,  # argmax.glsl
+    "ROPE_SPLIT": 34, "QKV_BIAS": 35,  # the architecture's layout (common.glsl)
 }
 FLOAT_SPECS = frozenset({"EPS", "SCORE_SCALE"})
 PUSH_WORDS = 10  # uint fields of common.glsl's Push block
