@@ -33,6 +33,7 @@ layout(constant_id = 20) const uint V = 256;     // vocabulary (logits)
 // not need one compiles its code out, so it costs the llama pass nothing.
 layout(constant_id = 34) const uint ROPE_SPLIT = 0;  // 1: RoPE pairs (i, i + HD/2) of a head
 layout(constant_id = 35) const uint QKV_BIAS = 0;    // 1: q|k|v bias at VEC pc.count (qkv matmul)
+layout(constant_id = 36) const uint QK_NORM = 0;     // 1: q|k|v leaves RoPE to qk_norm.comp
 
 const uint QD = NH * HD;     // query width
 const uint KVD = NKV * HD;   // key (and value) width

@@ -11,6 +11,7 @@ const uint MROWS = MODE == MODE_GATEUP ? 2 * M : M;  // weight rows: gate rows, 
 // rows (llama.cpp permutes llama's Q/K rows so); a split-half model's pairs are (i, i + HD/2)
 // of a head, so weights.py stores its Q/K rows interleaved (row 2i from i, 2i + 1 from
 // i + HD/2) and this writes each pair back to its own dims: K/V and q keep numpy's layout.
+// With QK_NORM the pairs are stored unrotated, for qk_norm.comp.
 void store_qkv_pair(uint tok, uint row, float e, float o) {
     uint pos = prm.pos0 + tok, slot = prm.n0 + tok;
     uint re = row, ro = row + 1;  // the pair's dims in q|k|v
@@ -22,7 +23,7 @@ void store_qkv_pair(uint tok, uint row, float e, float o) {
         e += vec[pc.count + re];
         o += vec[pc.count + ro];
     }
-    if (row < QD + KVD) {
+    if (QK_NORM == 0 && row < QD + KVD) {  // QK-norm: qk_norm.comp norms, then rotates
         uint j = (row % HD) / 2;
         float c = vec[COS_OFF + pos * HALF + j], s = vec[SIN_OFF + pos * HALF + j];
         float ne = e * c - o * s;

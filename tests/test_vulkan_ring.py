@@ -1,7 +1,8 @@
 """Ring maintenance on the Vulkan backend: eviction and rebase run in numpy on the mapped
 arena and must leave exactly the state the numpy backend leaves; the device key re-rotation
-must equal numpy's rebase rotation. Both for llama's interleaved RoPE pairs and for a
-split-half model (qwen2's layout, with its QKV bias), whose keys keep numpy's layout too."""
+must equal numpy's rebase rotation. Both for llama's interleaved RoPE pairs and for
+split-half models (qwen2's QKV bias; qwen3's QK-norm and wide heads), whose keys keep numpy's
+layout too."""
 
 from __future__ import annotations
 
@@ -29,11 +30,12 @@ def feed(conv: Conversation, count: int, seed: int) -> None:
             conv.forward.decode_one_token(t)
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen2"])
+@pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3"])
 def ring_model(request, tmp_path_factory):
     if request.param == "llama":
         return request.getfixturevalue("tiny_model")
-    return tiny(tmp_path_factory, QT.F32, architecture=request.param)
+    wide = {"head_dim": 32} if request.param == "qwen3" else {}
+    return tiny(tmp_path_factory, QT.F32, architecture=request.param, **wide)
 
 
 def test_eviction_and_rebase_match_numpy(ring_model, vk_backend) -> None:

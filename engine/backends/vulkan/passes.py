@@ -59,7 +59,7 @@ class PassRecorder:
             "ARGMAX_GROUPS": tuning.argmax_groups, "ARGMAX_BASE": res.argmax_base,
             # The architecture's layout: 0 for llama's, whose shaders compile the code out.
             "ROPE_SPLIT": int(cfg.arch.rope_style == SPLIT_HALF),
-            "QKV_BIAS": int(cfg.arch.qkv_bias),
+            "QKV_BIAS": int(cfg.arch.qkv_bias), "QK_NORM": int(cfg.arch.qk_norm),
         }
         self.dispatches = 0
         self._bound = (0, 0)  # the descriptor set bound: (weight chunk, K/V group)
@@ -181,6 +181,11 @@ class PassRecorder:
             self._matmul(shape, MODE_QKV, lw.qkv, norm=lw.attn_norm, in_off=a.x, out_off=a.q,
                          layer=i, bias=lw.qkv_bias)
             self._barrier()
+            if cfg.arch.qk_norm:  # RMSNorm per q and k head, then RoPE: QK-norm models only
+                self._dispatch("qk_norm", {"WG": sw}, (cfg.n_heads + cfg.n_kv_heads,
+                                                      shape.bucket),
+                               in_off=a.q, norm_off=lw.qk_norm, kv_layer=i)
+                self._barrier()
             if shape.decode:  # split over the live slots; the shader picks the split count
                 wg = self.pipes.ctx.subgroup_size * self.t.split_subgroups
                 self._dispatch("attention_split", {"WG": wg},

@@ -36,6 +36,7 @@ class LayerMatrices:
     attn_norm: int  # vec offsets of the (d_model,) norm weights
     ffn_norm: int
     qkv_bias: int = 0  # vec offset of the (q_dim + 2*kv_dim,) q|k|v bias (qwen2), if any
+    qk_norm: int = 0  # vec offset of the (head_dim,) q then k QK-norm weights (qwen3), if any
 
 
 @dataclass
@@ -76,6 +77,8 @@ def upload_weights(ctx: Context, model: Model) -> DeviceWeights:
             ffn_norm=p.vector(b + "ffn_norm.weight", cfg.d_model),
             qkv_bias=p.stacked(bias, [cfg.q_dim, cfg.kv_dim, cfg.kv_dim])
             if arch.qkv_bias else 0,
+            qk_norm=p.stacked([b + "attn_q_norm.weight", b + "attn_k_norm.weight"],
+                              [cfg.head_dim] * 2) if arch.qk_norm else 0,
         ))
     if output is None:  # after the layers: the pass reads it last, as the chunks are packed
         output = p.matrix("output.weight", pieces=True)
