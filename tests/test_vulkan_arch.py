@@ -1,8 +1,8 @@
 """The architecture features the Vulkan backend implements (split-half RoPE, QKV bias, QK-norm,
-wide heads), held to the numpy backend on tiny random-weight models of each family: every
-decode step, chunked prefill under the CPU shapes (matmul.comp) and tiled prefill under the
-GPU shapes (matmul_tiled), the K/V planes in numpy's layout, and no dispatch beyond llama's
-but QK-norm's one a layer.
+wide heads, fused QKV and gate/up), held to the numpy backend on tiny random-weight models of
+each family: every decode step, chunked prefill under the CPU shapes (matmul.comp) and tiled
+prefill under the GPU shapes (matmul_tiled), the K/V planes in numpy's layout, and no
+dispatch beyond llama's but QK-norm's one a layer.
 
 tests/test_arch_reference.py holds the same families to transformers on the committed
 fixtures; tests/test_vulkan_ring.py takes a split-half model through eviction and rebase.
@@ -26,6 +26,9 @@ MODELS = {
     "qwen2": {"architecture": "qwen2"},  # split-half RoPE, QKV bias
     "qwen3": {"architecture": "qwen3", "head_dim": 32},  # QK-norm, wide heads
     "llama-wide": {"head_dim": 32},  # heads wider than d_model / n_heads alone
+    # Fused q|k|v and gate|up; as many K/V heads as query heads, so the fused q|k rows the
+    # upload interleaves end mid-tensor (v's rows stay).
+    "phi3": {"architecture": "phi3", "n_kv_heads": 4},
 }
 ARCHS = sorted(MODELS)
 

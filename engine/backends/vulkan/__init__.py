@@ -39,7 +39,7 @@ READ_TYPES: frozenset[_QT] = frozenset({_QT.F32, _QT.F16, _QT.Q4_0, _QT.Q4_1, _Q
 # Beyond the llama layout the shaders implement these architecture FEATURES (architecture.py),
 # each behind a specialization constant, so a model that does not need one runs none of it.
 ARCH_FEATURES: frozenset[str] = frozenset({"split_half_rope", "qkv_bias", "qk_norm",
-                                           "wide_heads"})
+                                           "wide_heads", "fused_qkv", "fused_gate_up"})
 FEATURES: frozenset[str] = features_of(READ_TYPES) | ARCH_FEATURES
 __all__ = ["FEATURES", "READ_TYPES", "DeviceInfo", "UnsupportedTensorTypeForVulkanError",
            "VulkanUnavailableError", "probe"]

@@ -64,14 +64,20 @@ def upload_weights(ctx: Context, model: Model) -> DeviceWeights:
     arch = cfg.arch
     for i in range(cfg.n_layers):
         b = f"blk.{i}."
-        qkv = [b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"]
+        # Fused q|k|v and gate|up (phi3) are one tensor each, in the order the pass reads.
+        qkv = [b + "attn_qkv.weight"] if arch.fused_qkv else [
+            b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"]
+        gate_up = [b + "ffn_up.weight"] if arch.fused_gate_up else [
+            b + "ffn_gate.weight", b + "ffn_up.weight"]
         # Split-half RoPE: Q/K rows interleaved per head, as matmul_common.glsl rotates them.
-        interleave = {n: cfg.head_dim for n in qkv[:2]} if arch.rope_style == SPLIT_HALF else {}
+        rotated = [cfg.q_dim + cfg.kv_dim] if arch.fused_qkv else [cfg.q_dim, cfg.kv_dim]
+        interleave = {n: (cfg.head_dim, rows) for n, rows in zip(qkv, rotated)} \
+            if arch.rope_style == SPLIT_HALF else {}
         bias = [b + "attn_q.bias", b + "attn_k.bias", b + "attn_v.bias"]
         layers.append(LayerMatrices(
             qkv=p.matrix(*qkv, interleave=interleave)[0],
             wo=p.matrix(b + "attn_output.weight")[0],
-            gate_up=p.matrix(b + "ffn_gate.weight", b + "ffn_up.weight")[0],
+            gate_up=p.matrix(*gate_up)[0],
             down=p.matrix(b + "ffn_down.weight")[0],
             attn_norm=p.vector(b + "attn_norm.weight", cfg.d_model),
             ffn_norm=p.vector(b + "ffn_norm.weight", cfg.d_model),
@@ -147,8 +153,9 @@ def _copy_blocks(raw: np.ndarray, t: TensorInfo, wq: np.ndarray, ws: np.ndarray,
     if cp.interleave:  # whole tensor: row 2i of each head from row i, 2i + 1 from i + width/2
         nb, width = t.shape[0] // 32, cp.interleave
         rows = cp.count // nb
-        i = np.arange(rows) % width
-        src = np.arange(rows) - i + i // 2 + (i % 2) * (width // 2)
+        src = np.arange(rows)
+        i = src[: cp.rotated] % width
+        src[: cp.rotated] += i // 2 + (i % 2) * (width // 2) - i
         blocks = blocks.reshape(rows, nb, block_bytes)[src].reshape(cp.count, block_bytes)
     payload = wq[cp.texel * 4 : (cp.texel + cp.count * tpb) * 4].view(np.uint8)
     payload.reshape(cp.count, tpb * 16)[:] = blocks[:, lo:hi]
