@@ -29,6 +29,11 @@ layout(constant_id = 17) const uint COS_OFF = 0; // VEC offset of the (context, 
 layout(constant_id = 18) const uint SIN_OFF = 0; // VEC offset of the sin table
 layout(constant_id = 19) const uint NL = 2;      // layers
 layout(constant_id = 20) const uint V = 256;     // vocabulary (logits)
+// The architecture's layout (architecture.py's features), 0 for llama's: a model that does
+// not need one compiles its code out, so it costs the llama pass nothing.
+layout(constant_id = 34) const uint ROPE_SPLIT = 0;  // 1: RoPE pairs (i, i + HD/2) of a head
+layout(constant_id = 35) const uint QKV_BIAS = 0;    // 1: q|k|v bias at VEC pc.count (qkv matmul)
+layout(constant_id = 36) const uint QK_NORM = 0;     // 1: q|k|v leaves RoPE to qk_norm.comp
 
 const uint QD = NH * HD;     // query width
 const uint KVD = NKV * HD;   // key (and value) width
@@ -86,7 +91,8 @@ layout(push_constant) uniform Push {
     uint out_off;   // act offset of the output rows; logits: the first row of W's piece
     uint layer;     // K/V plane, within the bound group of layers' planes
     uint p_row0;    // first probability row of this pass; embed: first row of W's piece
-    uint count;     // mass: rows to sum; rebase: live slots; embed: rows of W's piece
+    uint count;     // mass: rows to sum; rebase: live slots; embed: rows of W's piece;
+                    // q|k|v matmul with QKV_BIAS: VEC offset of the layer's q|k|v bias
     uint flags;     // mass: 1 = add to mass instead of overwriting it; rebase: layers bound
     uint per_t;     // mass: probability rows per query token
 } pc;

@@ -6,11 +6,24 @@
 const uint TPB = QTYPE == QT_F32 ? 8 : (QTYPE == QT_F16 ? 4 : (QTYPE == QT_Q8_0 ? 2 : 1));
 const uint MROWS = MODE == MODE_GATEUP ? 2 * M : M;  // weight rows: gate rows, then up rows
 
-// MODE_QKV: rows (row, row + 1) of token tok are one pair. RoPE on q and k (interleaved
-// pairs, as engine/model/rope.py), then q to act, k and v into the arena's K/V planes.
+// MODE_QKV: rows (row, row + 1) of token tok are one pair. The q|k|v bias (QKV_BIAS), RoPE
+// on q and k, then q to act, k and v into the arena's K/V planes. RoPE's pairs are adjacent
+// rows (llama.cpp permutes llama's Q/K rows so); a split-half model's pairs are (i, i + HD/2)
+// of a head, so weights.py stores its Q/K rows interleaved (row 2i from i, 2i + 1 from
+// i + HD/2) and this writes each pair back to its own dims: K/V and q keep numpy's layout.
+// With QK_NORM the pairs are stored unrotated, for qk_norm.comp.
 void store_qkv_pair(uint tok, uint row, float e, float o) {
     uint pos = prm.pos0 + tok, slot = prm.n0 + tok;
-    if (row < QD + KVD) {
+    uint re = row, ro = row + 1;  // the pair's dims in q|k|v
+    if (ROPE_SPLIT != 0 && row < QD + KVD) {
+        re = row - row % HD + (row % HD) / 2;
+        ro = re + HALF;
+    }
+    if (QKV_BIAS != 0) {
+        e += vec[pc.count + re];
+        o += vec[pc.count + ro];
+    }
+    if (QK_NORM == 0 && row < QD + KVD) {  // QK-norm: qk_norm.comp norms, then rotates
         uint j = (row % HD) / 2;
         float c = vec[COS_OFF + pos * HALF + j], s = vec[SIN_OFF + pos * HALF + j];
         float ne = e * c - o * s;
@@ -18,16 +31,16 @@ void store_qkv_pair(uint tok, uint row, float e, float o) {
         e = ne;
     }
     if (row < QD) {
-        act[pc.out_off + tok * QD + row] = e;
-        act[pc.out_off + tok * QD + row + 1] = o;
+        act[pc.out_off + tok * QD + re] = e;
+        act[pc.out_off + tok * QD + ro] = o;
     } else if (row < QD + KVD) {
-        uint k = (pc.layer * S + slot) * KVD + row - QD;
-        kc[k] = e;
-        kc[k + 1] = o;
+        uint k = (pc.layer * S + slot) * KVD;
+        kc[k + re - QD] = e;
+        kc[k + ro - QD] = o;
     } else {
-        uint k = (pc.layer * S + slot) * KVD + row - QD - KVD;
-        vc[k] = e;
-        vc[k + 1] = o;
+        uint k = (pc.layer * S + slot) * KVD;
+        vc[k + re - QD - KVD] = e;
+        vc[k + ro - QD - KVD] = o;
     }
 }
 

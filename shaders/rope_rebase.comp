@@ -4,6 +4,8 @@
 // rebase_cos/rebase_sin [S, HALF], exactly as its numpy rebase does; RoPE composes, so rotating
 // a key at position p by (p' - p) gives the key at p'. Invocation per (slot, pair). The bound
 // K planes are pc.flags layers (all of them, or one group where they exceed one binding).
+// Pairs as the keys were rotated (matmul_common.glsl): adjacent dims, or with ROPE_SPLIT
+// dims (j, j + HALF) of a head.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
@@ -16,9 +18,10 @@ void main() {
     uint j = p % HALF;
     float c = rot_cos[s * HALF + j], sn = rot_sin[s * HALF + j];
     for (uint l = 0; l < pc.flags; l++) {
-        uint k = (l * S + s) * KVD + 2 * p;
-        float e = kc[k], o = kc[k + 1];
+        uint k = (l * S + s) * KVD + (ROPE_SPLIT != 0 ? (p / HALF) * HD + j : 2 * p);
+        uint ko = k + (ROPE_SPLIT != 0 ? HALF : 1);
+        float e = kc[k], o = kc[ko];
         kc[k] = e * c - o * sn;
-        kc[k + 1] = o * c + e * sn;
+        kc[ko] = o * c + e * sn;
     }
 }

@@ -37,6 +37,7 @@ NUMPY_ONLY: tuple[str, ...] = ()  # architectures only the numpy backend impleme
 # ggml rounds each product's input to 8-bit blocks for Q8_0 weights and keeps keys in f16;
 # tests/test_ggml_parity.py measured up to 1.5% of the largest logit on tiny models.
 REL_GGML = 3e-2
+VULKAN_RUNS = {"llama", "qwen2", "qwen3", "phi3"}  # the architectures the Vulkan backend implements
 
 
 @pytest.fixture(scope="module")
@@ -179,15 +180,18 @@ def test_ggml_greedy_matches_transformers(arch_model, reference, ggml_backend) -
         assert margin < tolerance, f"{name}: parted at step {step}, margin {margin:.3f}"
 
 
-def test_vulkan_runs_the_llama_family_and_refuses_the_rest(arch_model, reference,
-                                                           vk_backend) -> None:
-    """The shaders implement llama's layout with any RoPE scaling (its tables come from the
-    CPU); every other architecture is refused in one line that names what is missing."""
+def test_vulkan_runs_what_it_implements_and_refuses_the_rest(arch_model, reference,
+                                                            vk_backend) -> None:
+    """Vulkan runs the llama layout with any RoPE scaling (its tables come from the CPU) and
+    the architecture features it declares, within the numpy tolerance through both decode and
+    chunked prefill; every other architecture is refused in one line that names what is
+    missing."""
     from engine.backends.vulkan.loader import UnsupportedModelForVulkanError
 
     name, model = arch_model
     ids = [int(t) for t in reference[f"{name}/ids"]]
-    if model.config.architecture != "llama":
+    assert (refusal(model, "vulkan") is None) == (model.config.architecture in VULKAN_RUNS)
+    if refusal(model, "vulkan") is not None:
         with pytest.raises(UnsupportedModelForVulkanError, match="does not implement") as exc:
             Conversation(model, POLICY, backend=vk_backend)
         # The same words `channel doctor` says for this file: one support function.
@@ -197,5 +201,9 @@ def test_vulkan_runs_the_llama_family_and_refuses_the_rest(arch_model, reference
         assert doctor["model"]["backends"]["numpy"] is None
         assert doctor["model"]["backends"]["ggml"] == refusal(model, "ggml")
         return
-    got = decode_logits(model, ids, vk_backend)
-    check_close(got, reference, name, ATOL_NUMPY)
+    check_close(decode_logits(model, ids, vk_backend), reference, name, ATOL_NUMPY)
+    # Chunked prefill (Vulkan projects no hidden rows): the logits after the last token.
+    last = Conversation(model, POLICY, backend=vk_backend).ingest(ids)
+    subset = reference[f"{name}/subset"]
+    np.testing.assert_allclose(last[subset], reference[f"{name}/subset_logits"][-1],
+                               atol=ATOL_NUMPY, rtol=0)

@@ -154,6 +154,11 @@ def test_ring_follows_context_and_memory_budget(tmp_path) -> None:
         RingPolicy.for_model(cfg, slots=2048)
 
 
+# An architecture the Vulkan shaders lack (sliding-window layers, post-norms, GeGLU, ...).
+NOT_ON_VULKAN = TinySpec(architecture="gemma3", n_layers=6, head_dim=32, sliding_window=8,
+                         context_length=40)
+
+
 def test_auto_leaves_vulkan_for_an_architecture_the_shaders_lack(tmp_path) -> None:
     from engine.backends.select import Choice, fit_to_model
 
@@ -164,9 +169,11 @@ def test_auto_leaves_vulkan_for_an_architecture_the_shaders_lack(tmp_path) -> No
     gpu = Choice(GpuBackendStandIn(), None)
     llama = open_model(write(tmp_path, VARIANTS["llama3-scaled"], "l.gguf")).config
     qwen2 = open_model(write(tmp_path, VARIANTS["qwen2"], "q.gguf")).config
+    gemma = open_model(write(tmp_path, NOT_ON_VULKAN, "g.gguf")).config
     assert fit_to_model(gpu, "auto", llama) is gpu
-    assert fit_to_model(gpu, "vulkan", qwen2) is gpu  # asked for by name: Vulkan refuses it
-    assert fit_to_model(gpu, "auto", qwen2, tmp_path).backend.name in ("ggml", "numpy")
+    assert fit_to_model(gpu, "auto", qwen2) is gpu  # split-half RoPE and QKV bias: implemented
+    assert fit_to_model(gpu, "vulkan", gemma) is gpu  # asked for by name: Vulkan refuses it
+    assert fit_to_model(gpu, "auto", gemma, tmp_path).backend.name in ("ggml", "numpy")
 
 
 def test_auto_takes_numpy_for_a_model_ggml_lacks(tmp_path, monkeypatch) -> None:
@@ -184,13 +191,13 @@ def test_auto_takes_numpy_for_a_model_ggml_lacks(tmp_path, monkeypatch) -> None:
         features = VULKAN_FEATURES
 
     gpu = Choice(GpuBackendStandIn(), None)
-    qwen2 = open_model(write(tmp_path, VARIANTS["qwen2"], "q.gguf")).config
-    assert fit_to_model(gpu, "auto", qwen2, tmp_path).backend.name == "ggml"
-    monkeypatch.setattr(select, "GGML_FEATURES", select.GGML_FEATURES - {"qkv_bias"})
-    fitted = fit_to_model(gpu, "auto", qwen2, tmp_path)
+    gemma = open_model(write(tmp_path, NOT_ON_VULKAN, "g.gguf")).config
+    assert fit_to_model(gpu, "auto", gemma, tmp_path).backend.name == "ggml"
+    monkeypatch.setattr(select, "GGML_FEATURES", select.GGML_FEATURES - {"post_norms"})
+    fitted = fit_to_model(gpu, "auto", gemma, tmp_path)
     assert fitted.backend.name == "numpy"
     assert fitted.note == ("using the numpy reference backend: the ggml backend does not "
-                           "implement QKV bias (qwen2 needs it)")
+                           "implement post-norms (gemma3 needs it)")
 
 
 def test_placement_fits_backend_and_ring_to_each_model(tmp_path) -> None:
@@ -204,12 +211,12 @@ def test_placement_fits_backend_and_ring_to_each_model(tmp_path) -> None:
 
     placement = Placement(Choice(GpuBackendStandIn(), None), "auto", tmp_path, ring_slots=64)
     llama = open_model(write(tmp_path, VARIANTS["llama3-scaled"], "l.gguf")).config
-    qwen2 = open_model(write(tmp_path, VARIANTS["qwen2"], "q.gguf")).config
+    gemma = open_model(write(tmp_path, NOT_ON_VULKAN, "g.gguf")).config
     assert placement.backend(llama).name == "vulkan"
-    cpu = placement.backend(qwen2)
-    assert cpu.name in ("ggml", "numpy") and placement.backend(qwen2) is cpu  # made once
-    assert placement.policy(qwen2).max_slots == 40  # its trained context, below the 64 asked
-    assert Placement(Choice(cpu, None)).policy(qwen2) is None  # sized by the conversation
+    cpu = placement.backend(gemma)
+    assert cpu.name in ("ggml", "numpy") and placement.backend(gemma) is cpu  # made once
+    assert placement.policy(gemma).max_slots == 40  # its trained context, below the 64 asked
+    assert Placement(Choice(cpu, None)).policy(gemma) is None  # sized by the conversation
 
 
 def test_metadata_of_the_wrong_type_is_one_line(tmp_path) -> None:

@@ -111,7 +111,7 @@ def test_support_problem_takes_gemma3_windows_and_refuses_the_rest() -> None:
 def test_numpy_and_ggml_run_it_and_vulkan_says_why(gemma, tmp_path) -> None:
     problems = problems_running(gemma.config.features, "gemma3")
     assert problems["numpy"] is None and problems["ggml"] is None
-    assert problems["vulkan"].startswith("the Vulkan backend does not implement split-half")
+    assert problems["vulkan"].startswith("the Vulkan backend does not implement sliding-window")
     entries = scan(Roots(tmp_path, {"CHANNEL_MODELS": str(FIXTURE.parent)}))
     entry = next(e for e in entries if e.architecture == "gemma3")
     assert entry.supported and "window_layers" in entry.features

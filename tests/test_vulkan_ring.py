@@ -1,14 +1,21 @@
 """Ring maintenance on the Vulkan backend: eviction and rebase run in numpy on the mapped
 arena and must leave exactly the state the numpy backend leaves; the device key re-rotation
-must equal numpy's rebase rotation."""
+must equal numpy's rebase rotation. Both for llama's interleaved RoPE pairs and for
+split-half models (qwen2's QKV bias; qwen3's QK-norm and wide heads), whose keys keep numpy's
+layout too."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as QT
 
 from engine.conversation import Conversation
-from engine.model.rope import rotate_pairs
+from engine.model.architecture import SPLIT_HALF
+from engine.model.rope import rotate_halves, rotate_pairs
 from engine.state.ring_policy import RingPolicy
+
+from .parity import tiny
 
 POLICY = RingPolicy(max_slots=64, recent_window=8, evict_batch=8, prefill_chunk=16)
 
@@ -23,7 +30,16 @@ def feed(conv: Conversation, count: int, seed: int) -> None:
             conv.forward.decode_one_token(t)
 
 
-def test_eviction_and_rebase_match_numpy(tiny_model, vk_backend) -> None:
+@pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3"])
+def ring_model(request, tmp_path_factory):
+    if request.param == "llama":
+        return request.getfixturevalue("tiny_model")
+    wide = {"head_dim": 32} if request.param == "qwen3" else {}
+    return tiny(tmp_path_factory, QT.F32, architecture=request.param, **wide)
+
+
+def test_eviction_and_rebase_match_numpy(ring_model, vk_backend) -> None:
+    tiny_model = ring_model
     convs = [Conversation(tiny_model, POLICY, backend=b) for b in (None, vk_backend)]
     for conv in convs:
         conv.ingest([1, 10, 20, 30], anchors=True)
@@ -44,7 +60,8 @@ def test_eviction_and_rebase_match_numpy(tiny_model, vk_backend) -> None:
     np.testing.assert_allclose(vb.logits, va.logits, atol=2e-4, rtol=0)
 
 
-def test_device_key_rotation_equals_numpy_rebase(tiny_model, vk_backend) -> None:
+def test_device_key_rotation_equals_numpy_rebase(ring_model, vk_backend) -> None:
+    tiny_model = ring_model
     conv = Conversation(tiny_model, POLICY, backend=vk_backend)
     cfg, n = tiny_model.config, 40
     kvh, hd = cfg.n_kv_heads, cfg.head_dim
@@ -57,7 +74,8 @@ def test_device_key_rotation_equals_numpy_rebase(tiny_model, vk_backend) -> None
     want = v.k_cache[:, :n].copy()
     a = np.empty((n, kvh, hd // 2), np.float32)
     b = np.empty_like(a)
+    rotate = rotate_halves if tiny_model.config.arch.rope_style == SPLIT_HALF else rotate_pairs
     for layer in want:
-        rotate_pairs(layer.reshape(n, kvh, hd), v.rebase_cos[:n], v.rebase_sin[:n], a, b)
+        rotate(layer.reshape(n, kvh, hd), v.rebase_cos[:n], v.rebase_sin[:n], a, b)
     conv.forward.rotate_keys(n)
     np.testing.assert_allclose(v.k_cache[:, :n], want, atol=1e-6, rtol=0)

@@ -36,9 +36,11 @@ from .loader import DeviceInfo, UnsupportedTensorTypeForVulkanError, VulkanUnava
 # Declared as features, so that a model with any other type (K-quants, Q5_x, BF16, IQ) is
 # refused by backend_problem before its weights are uploaded, and `auto` runs it on a CPU.
 READ_TYPES: frozenset[_QT] = frozenset({_QT.F32, _QT.F16, _QT.Q4_0, _QT.Q4_1, _QT.Q8_0})
-# Those types are all it declares: the shaders implement the llama layout, and none of the
-# architecture FEATURES (architecture.py) beyond it.
-FEATURES: frozenset[str] = features_of(READ_TYPES)
+# Beyond the llama layout the shaders implement these architecture FEATURES (architecture.py),
+# each behind a specialization constant, so a model that does not need one runs none of it.
+ARCH_FEATURES: frozenset[str] = frozenset({"split_half_rope", "qkv_bias", "qk_norm",
+                                           "wide_heads", "fused_qkv", "fused_gate_up"})
+FEATURES: frozenset[str] = features_of(READ_TYPES) | ARCH_FEATURES
 __all__ = ["FEATURES", "READ_TYPES", "DeviceInfo", "UnsupportedTensorTypeForVulkanError",
            "VulkanUnavailableError", "probe"]
 

@@ -59,6 +59,11 @@ class Copy:
     block: int
     first: int
     count: int
+    # >0: the tensor's first `rotated` rows are heads of this width, stored with each
+    # head's split-half RoPE pairs (i, i + width/2) as adjacent rows (2i, 2i + 1): the rows
+    # the shaders rotate (a fused q|k|v's v rows stay as they are).
+    interleave: int = 0
+    rotated: int = 0
 
 
 class Planner:
@@ -100,9 +105,12 @@ class Planner:
         used_t, used_b = self.chunks[-1]
         return used_t + texels <= self.cap and used_b + blocks <= self.cap
 
-    def matrix(self, *names: str, pieces: bool = False) -> tuple[Matrix, ...]:
+    def matrix(self, *names: str, pieces: bool = False,
+               interleave: dict[str, tuple[int, int]] | None = None) -> tuple[Matrix, ...]:
         """The matrix of `names` stacked by rows, whole in one chunk (a new one where the
-        current chunk is full); with `pieces`, cut into runs of rows where it exceeds a chunk."""
+        current chunk is full); with `pieces`, cut into runs of rows where it exceeds a chunk.
+        `interleave`: tensor -> (head width, rows) of those whose RoPE pairs are split-half
+        (Copy)."""
         qtype, cols, infos = self._infos(names)
         tpb, rows = ENCODINGS[qtype][1], sum(i.shape[1] for i in infos)
         blocks = rows * cols // 32
@@ -113,7 +121,8 @@ class Planner:
             m = Matrix(qtype, rows, cols, texel, block, chunk)
             for name, i in zip(names, infos):
                 n = i.shape[0] * i.shape[1] // 32
-                self.copies.append(Copy(name, chunk, texel, block, 0, n))
+                width, rotated = (interleave or {}).get(name, (0, 0))
+                self.copies.append(Copy(name, chunk, texel, block, 0, n, width, rotated))
                 texel, block = texel + n * tpb, block + n
             self.chunks[-1] = [texel, block]
             return (m,)
@@ -148,6 +157,19 @@ class Planner:
         if t.ggml_type not in (0, 1) or t.shape[0] != length:
             raise UnsupportedTensorTypeForVulkanError(f"norm {name} must be F32/F16 of {length}")
         return self.table(length, name)
+
+    def stacked(self, names: list[str], lengths: list[int]) -> int:
+        """The vec offset of F32/F16 vectors `names` stored back to back (q|k|v biases)."""
+        off = self.table(sum(lengths))
+        at = off
+        for name, length in zip(names, lengths):
+            t = self.info(name)
+            if t.ggml_type not in (0, 1) or t.shape[0] != length:
+                raise UnsupportedTensorTypeForVulkanError(
+                    f"vector {name} must be F32/F16 of {length}")
+            self.vectors.append((name, at))
+            at += length
+        return off
 
     def table(self, length: int, name: str = "") -> int:
         off = self.floats

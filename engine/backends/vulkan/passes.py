@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...align import ceil_div
+from ...model.architecture import SPLIT_HALF
 from ...model.config import ModelConfig
 from ...state.evict_policy import SCORE_MODES, score_scale
 from ...state.ring_policy import RingPolicy
@@ -56,6 +57,9 @@ class PassRecorder:
             "FOLD_LOADS": tuning.fold_loads, "SPLIT_SUBGROUPS": tuning.split_subgroups,
             "VALUE_LOADS": tuning.value_loads,
             "ARGMAX_GROUPS": tuning.argmax_groups, "ARGMAX_BASE": res.argmax_base,
+            # The architecture's layout: 0 for llama's, whose shaders compile the code out.
+            "ROPE_SPLIT": int(cfg.arch.rope_style == SPLIT_HALF),
+            "QKV_BIAS": int(cfg.arch.qkv_bias), "QK_NORM": int(cfg.arch.qk_norm),
         }
         self.dispatches = 0
         self._bound = (0, 0)  # the descriptor set bound: (weight chunk, K/V group)
@@ -141,14 +145,15 @@ class PassRecorder:
 
     # -- the pass -------------------------------------------------------------------------
     def _matmul(self, shape: PassShape, mode: int, m: Matrix, *, norm: int | None,
-                in_off: int, out_off: int, layer: int | None = None) -> None:
-        """`layer`: q|k|v's, whose K/V planes the epilogue writes. The logits' `out_off` is the
-        first logit a piece of the output matrix writes."""
+                in_off: int, out_off: int, layer: int | None = None, bias: int = 0) -> None:
+        """`layer`: q|k|v's, whose K/V planes the epilogue writes; `bias`: its q|k|v bias
+        (where QKV_BIAS). The logits' `out_off` is the first logit a piece of the output
+        matrix writes."""
         t = self.t
         gate_up = mode == MODE_GATEUP
         if mode != MODE_LOGITS and record_product(self, shape, mode, m, gate_up=gate_up,
                                                   norm=norm, in_off=in_off, out_off=out_off,
-                                                  kv_layer=layer):
+                                                  kv_layer=layer, bias=bias):
             return
         rows = m.rows // 2 if gate_up else m.rows
         tokens = 1 if mode == MODE_LOGITS else matmul_tokens(
@@ -159,7 +164,8 @@ class PassRecorder:
         groups = (ceil_div(rows, r * (t.wg // t.split)),
                   1 if mode == MODE_LOGITS else ceil_div(shape.bucket, tokens))
         self._dispatch("matmul", spec, groups, chunk=m.chunk, kv_layer=layer, w_texel=m.texel,
-                       w_block=m.block, norm_off=norm or 0, in_off=in_off, out_off=out_off)
+                       w_block=m.block, norm_off=norm or 0, in_off=in_off, out_off=out_off,
+                       count=bias)
 
     def _forward(self, shape: PassShape) -> None:
         cfg, w, a, sw = self.cfg, self.w, self.res.act_layout, self.t.small_wg
@@ -173,8 +179,13 @@ class PassRecorder:
         slots = self.common["S"]
         for i, lw in enumerate(w.layers):
             self._matmul(shape, MODE_QKV, lw.qkv, norm=lw.attn_norm, in_off=a.x, out_off=a.q,
-                         layer=i)
+                         layer=i, bias=lw.qkv_bias)
             self._barrier()
+            if cfg.arch.qk_norm:  # RMSNorm per q and k head, then RoPE: QK-norm models only
+                self._dispatch("qk_norm", {"WG": sw}, (cfg.n_heads + cfg.n_kv_heads,
+                                                      shape.bucket),
+                               in_off=a.q, norm_off=lw.qk_norm, kv_layer=i)
+                self._barrier()
             if shape.decode:  # split over the live slots; the shader picks the split count
                 wg = self.pipes.ctx.subgroup_size * self.t.split_subgroups
                 self._dispatch("attention_split", {"WG": wg},

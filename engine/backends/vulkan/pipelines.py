@@ -26,6 +26,7 @@ SPEC_IDS = {
     "PREFILL_RUN_TILES": 28,  # split.glsl
     "FOLD_LOADS": 29, "SPLIT_SUBGROUPS": 32, "VALUE_LOADS": 33,  # attention_split.comp
     "ARGMAX_GROUPS": 30, "ARGMAX_BASE": 31,  # argmax.glsl
+    "ROPE_SPLIT": 34, "QKV_BIAS": 35, "QK_NORM": 36,  # the architecture's (common.glsl)
 }
 FLOAT_SPECS = frozenset({"EPS", "SCORE_SCALE"})
 PUSH_WORDS = 10  # uint fields of common.glsl's Push block
@@ -38,7 +39,7 @@ BINDINGS = {0: TEXEL, 1: TEXEL, 2: STORAGE, 3: STORAGE, 4: STORAGE, 5: TEXEL, 6:
             18: STORAGE, 19: STORAGE,  # 18-19: shaders/split.glsl
             20: STORAGE}  # mass.comp: the arena's slot_salience
 SHADERS = ("matmul", "embed", "attention", "mass", "rmsnorm", "rope_rebase", "argmax",
-           "attention_split", "matmul_tiled", "matmul_coopmat", "attention_prefill")
+           "attention_split", "matmul_tiled", "matmul_coopmat", "attention_prefill", "qk_norm")
 
 
 class MissingShaderError(FileNotFoundError):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...model.architecture import SPLIT_HALF
 from ...model.model import Model, TensorInfo
 from .buffers import DeviceBuffer, device_buffer, staging_buffer
 from .chunks import ENCODINGS, TYPE_NAMES, Copy, Matrix, Planner
@@ -34,6 +35,8 @@ class LayerMatrices:
     down: Matrix  # (d_model, ffn_dim)
     attn_norm: int  # vec offsets of the (d_model,) norm weights
     ffn_norm: int
+    qkv_bias: int = 0  # vec offset of the (q_dim + 2*kv_dim,) q|k|v bias (qwen2), if any
+    qk_norm: int = 0  # vec offset of the (head_dim,) q then k QK-norm weights (qwen3), if any
 
 
 @dataclass
@@ -58,15 +61,30 @@ def upload_weights(ctx: Context, model: Model) -> DeviceWeights:
     output = embed if cfg.tied_embeddings else None
     output_norm = p.vector("output_norm.weight", cfg.d_model)
     layers = []
+    arch = cfg.arch
     for i in range(cfg.n_layers):
         b = f"blk.{i}."
+        # Fused q|k|v and gate|up (phi3) are one tensor each, in the order the pass reads.
+        qkv = [b + "attn_qkv.weight"] if arch.fused_qkv else [
+            b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"]
+        gate_up = [b + "ffn_up.weight"] if arch.fused_gate_up else [
+            b + "ffn_gate.weight", b + "ffn_up.weight"]
+        # Split-half RoPE: Q/K rows interleaved per head, as matmul_common.glsl rotates them.
+        rotated = [cfg.q_dim + cfg.kv_dim] if arch.fused_qkv else [cfg.q_dim, cfg.kv_dim]
+        interleave = {n: (cfg.head_dim, rows) for n, rows in zip(qkv, rotated)} \
+            if arch.rope_style == SPLIT_HALF else {}
+        bias = [b + "attn_q.bias", b + "attn_k.bias", b + "attn_v.bias"]
         layers.append(LayerMatrices(
-            qkv=p.matrix(b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight")[0],
+            qkv=p.matrix(*qkv, interleave=interleave)[0],
             wo=p.matrix(b + "attn_output.weight")[0],
-            gate_up=p.matrix(b + "ffn_gate.weight", b + "ffn_up.weight")[0],
+            gate_up=p.matrix(*gate_up)[0],
             down=p.matrix(b + "ffn_down.weight")[0],
             attn_norm=p.vector(b + "attn_norm.weight", cfg.d_model),
             ffn_norm=p.vector(b + "ffn_norm.weight", cfg.d_model),
+            qkv_bias=p.stacked(bias, [cfg.q_dim, cfg.kv_dim, cfg.kv_dim])
+            if arch.qkv_bias else 0,
+            qk_norm=p.stacked([b + "attn_q_norm.weight", b + "attn_k_norm.weight"],
+                              [cfg.head_dim] * 2) if arch.qk_norm else 0,
         ))
     if output is None:  # after the layers: the pass reads it last, as the chunks are packed
         output = p.matrix("output.weight", pieces=True)
@@ -132,6 +150,13 @@ def _copy_blocks(raw: np.ndarray, t: TensorInfo, wq: np.ndarray, ws: np.ndarray,
     block_bytes, tpb, (lo, hi), scale_bytes = ENCODINGS[t.ggml_type]
     start = t.offset + cp.first * block_bytes
     blocks = raw[start : start + cp.count * block_bytes].reshape(cp.count, block_bytes)
+    if cp.interleave:  # whole tensor: row 2i of each head from row i, 2i + 1 from i + width/2
+        nb, width = t.shape[0] // 32, cp.interleave
+        rows = cp.count // nb
+        src = np.arange(rows)
+        i = src[: cp.rotated] % width
+        src[: cp.rotated] += i // 2 + (i % 2) * (width // 2) - i
+        blocks = blocks.reshape(rows, nb, block_bytes)[src].reshape(cp.count, block_bytes)
     payload = wq[cp.texel * 4 : (cp.texel + cp.count * tpb) * 4].view(np.uint8)
     payload.reshape(cp.count, tpb * 16)[:] = blocks[:, lo:hi]
     scales = ws[cp.block : cp.block + cp.count]

@@ -1,0 +1,48 @@
+#version 450
+// QK-norm (qwen3): RMSNorm of every q and k head with the layer's attn_q_norm / attn_k_norm
+// weights, then RoPE, in place. The q|k|v product with QK_NORM stored q (act) and k (the K
+// plane) unrotated, in their own dims: RoPE follows the norm, and a head spans workgroups of
+// the product. One workgroup per (head of q then k, token); only QK-norm models dispatch it.
+// VEC pc.norm_off holds the q weights (HD), then the k weights (HD).
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+
+layout(local_size_x_id = 0) in;
+
+shared float part[WG];
+
+void main() {
+    uint lid = gl_LocalInvocationID.x, h = gl_WorkGroupID.x, tok = gl_WorkGroupID.y;
+    if (tok >= prm.C) return;  // the whole workgroup leaves together
+    uint pos = prm.pos0 + tok, slot = prm.n0 + tok;
+    bool is_q = h < NH;
+    uint base = is_q ? pc.in_off + tok * QD + h * HD : 0;
+    uint kbase = is_q ? 0 : (pc.layer * S + slot) * KVD + (h - NH) * HD;
+    uint wn = pc.norm_off + (is_q ? 0 : HD);
+    float ss = 0.0;
+    for (uint i = lid; i < HD; i += WG) {
+        float x = is_q ? act[base + i] : kc[kbase + i];
+        ss += x * x;
+    }
+    part[lid] = ss;
+    barrier();
+    ss = 0.0;
+    for (uint i = 0; i < WG; i++) ss += part[i];
+    float inv = 1.0 / sqrt(ss / float(HD) + EPS);
+    // Pair j: dims (j, j + HALF) split-half, else (2j, 2j + 1); frequency j either way.
+    for (uint j = lid; j < HALF; j += WG) {
+        uint de = ROPE_SPLIT != 0 ? j : 2 * j, dof = ROPE_SPLIT != 0 ? j + HALF : 2 * j + 1;
+        float e = (is_q ? act[base + de] : kc[kbase + de]) * inv * vec[wn + de];
+        float o = (is_q ? act[base + dof] : kc[kbase + dof]) * inv * vec[wn + dof];
+        float c = vec[COS_OFF + pos * HALF + j], s = vec[SIN_OFF + pos * HALF + j];
+        float ne = e * c - o * s;
+        o = o * c + e * s;
+        if (is_q) {
+            act[base + de] = ne;
+            act[base + dof] = o;
+        } else {
+            kc[kbase + de] = ne;
+            kc[kbase + dof] = o;
+        }
+    }
+}
