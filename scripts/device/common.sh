@@ -11,7 +11,9 @@ mkdir -p "$STATE" "$OUT"
 say() { echo "[$(date +%T)] $*"; }
 
 setup() {
-    if ! ldconfig -p | grep -q libvulkan.so.1; then
+    # grep without -q reads all of ldconfig's output: -q exits at the first match, and
+    # ldconfig's SIGPIPE then fails the pipeline under pipefail, as if nothing matched.
+    if ! ldconfig -p | grep libvulkan.so.1 >/dev/null; then
         for f in .gl/*.deb; do dpkg -x "$f" /; done
         ldconfig
     fi
