@@ -194,7 +194,7 @@ def test_vulkan_refuses_types_its_shaders_lack_and_auto_takes_a_cpu(iq_model, tm
 
 def test_vulkans_declared_types_are_those_its_upload_encodes() -> None:
     try:
-        from engine.backends.vulkan.weights import ENCODINGS
+        from engine.backends.vulkan.chunks import ENCODINGS
     except ImportError as exc:  # the `vulkan` package: not every machine has it
         pytest.skip(f"the Vulkan backend does not import here: {exc}")
     assert {int(t) for t in VULKAN_READ_TYPES} == set(ENCODINGS)

@@ -153,10 +153,8 @@ class Planner:
         return tuple(out)
 
     def vector(self, name: str, length: int) -> int:
-        t = self.info(name)
-        if t.ggml_type not in (0, 1) or t.shape[0] != length:
-            raise UnsupportedTensorTypeForVulkanError(f"norm {name} must be F32/F16 of {length}")
-        return self.table(length, name)
+        """The vec offset of the F32/F16 vector `name` (a norm's weights)."""
+        return self.stacked([name], [length])
 
     def stacked(self, names: list[str], lengths: list[int]) -> int:
         """The vec offset of F32/F16 vectors `names` stored back to back (q|k|v biases)."""
@@ -171,9 +169,7 @@ class Planner:
             at += length
         return off
 
-    def table(self, length: int, name: str = "") -> int:
+    def table(self, length: int) -> int:
         off = self.floats
-        if name:
-            self.vectors.append((name, off))
         self.floats += align_up(length, 16)  # 64-byte aligned starts
         return off

@@ -17,12 +17,13 @@ from ...model.architecture import SPLIT_HALF
 from ...model.config import ModelConfig
 from ...state.evict_policy import SCORE_MODES, score_scale
 from ...state.ring_policy import RingPolicy
+from .chunks import Matrix
 from .pipelines import PUSH_WORDS, Pipelines
 from .prefill import mass_pass, record_attention, record_product
 from .profiler import DispatchTimer
 from .resources import ConversationResources
 from .tuning import Tuning, matmul_tokens
-from .weights import DeviceWeights, Matrix
+from .weights import DeviceWeights
 
 MODE_STORE, MODE_QKV, MODE_RESID, MODE_GATEUP, MODE_LOGITS = 0, 1, 2, 3, 4
 MODE_NAMES = ("store", "qkv", "resid", "gateup", "logits")

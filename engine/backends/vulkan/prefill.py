@@ -15,8 +15,8 @@ from ...align import ceil_div
 from .tuning import Tuning
 
 if TYPE_CHECKING:
+    from .chunks import Matrix
     from .passes import PassRecorder, PassShape
-    from .weights import Matrix
 
 TILE_ROWS = 64  # weight rows per product tile (gate|up: 32 gate rows and their 32 up rows)
 COOPMAT_SUBGROUPS = 4  # the shader's 2 x 2 grid of subgroups over a tile

@@ -121,7 +121,7 @@ class ConversationResources:
         self._kv_group = [g for g, (_, n) in enumerate(self.kv_groups) for _ in range(n)]
         self.sets = DescriptorSets(ctx, pipes, weights, shared, region("k_cache"),
                                    region("v_cache"), self.kv_groups, plane)
-        self.set = self.sets.get(0, 0)  # the only one where everything fits one binding
+        self.sets.get(0, 0)  # made now, so a binding past the limits is refused at setup
         # Texel views belong to their buffers; the arena's also die with it, so hold the buffer.
         self.arena_buf = arena_buf
 

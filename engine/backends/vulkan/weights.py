@@ -23,9 +23,6 @@ from .chunks import ENCODINGS, TYPE_NAMES, Copy, Matrix, Planner
 from .context import Context
 from .upload import copy_buffers
 
-__all__ = ["ENCODINGS", "TYPE_NAMES", "DeviceWeights", "LayerMatrices", "Matrix",
-           "upload_weights"]
-
 
 @dataclass(frozen=True)
 class LayerMatrices:
