@@ -118,9 +118,11 @@ class GgmlWeights:
         # 640), while get_rows keeps reading the embedding's plain rows from the mapping.
         matrices.append((OUTPUT, "token_embd.weight" if cfg.tied_embeddings else OUTPUT))
         self._repack(g, matrices, model)
-        self.token_embd = self._tensors["token_embd.weight"]
+        self.token_embd = self.tensor("token_embd.weight")
         self.output_norm = self.tensor(f"{cfg.arch.output_norm}.weight")
-        self.output = self._tensors.get(OUTPUT, self.token_embd)
+        # The embedding itself only where a tied one was not repacked (no repack buffer).
+        tied_plain = cfg.tied_embeddings and OUTPUT not in self._tensors
+        self.output = self.token_embd if tied_plain else self.tensor(OUTPUT)
         self.rope_freqs = self._tensors.get("rope_freqs.weight")  # Llama 3 RoPE factors
         self.layers = tuple(self._layer(i, cfg.arch, kind) for i, kind in enumerate(cfg.kinds))
         self.nbytes = sum(info.nbytes for info in model.tensors.values())
