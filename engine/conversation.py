@@ -45,8 +45,8 @@ class Conversation:
         self.model = model
         self.backend = backend or NumpyBackend()
         self.policy = policy or RingPolicy.for_model(
-            model.config, model.config.kv_bytes_per_slot(self.backend.key_dtype.itemsize, 4))
-        self.layout = conversation_layout(model.config, self.policy, self.backend.key_dtype,
+            model.config, model.config.kv_bytes_per_slot(*self.backend.kv_format.slot_item_bytes))
+        self.layout = conversation_layout(model.config, self.policy, self.backend.kv_format,
                                           self.backend.scratch)
         self.arena = StateArena(self.layout, self.backend.arena_allocator())
         self.ring = KVRing(self.arena, model.config, self.policy, model.rope, model.rope_window)

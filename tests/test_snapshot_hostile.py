@@ -125,7 +125,7 @@ def test_specific_reasons(good_snapshot, target, tmp_path) -> None:
     version7 = bytearray(good_snapshot)
     version7[4:8] = (7).to_bytes(4, "little")
     reason = refused(bytes(version7), target, tmp_path)
-    assert reason == "version 7 unsupported (this build reads 1 to 3)"
+    assert reason == "version 7 unsupported (this build reads 1 to 4)"
     assert "not a snapshot" in refused(b"GGUF" + good_snapshot[4:], target, tmp_path)
     flipped = bytearray(good_snapshot)
     flipped[len(flipped) // 2] ^= 0x10

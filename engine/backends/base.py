@@ -24,6 +24,7 @@ from ..model.architecture import backend_problem
 from ..model.config import ModelConfig
 from ..model.model import Model
 from ..state.arena import Allocator, ScratchPlan
+from ..state.kv_format import KVFormat
 from ..state.ring import KVRing, SlotSpan
 
 HiddenCallback = Callable[[np.ndarray], None]  # receives final-normed hidden rows (C, d_model)
@@ -106,7 +107,7 @@ KV_REGIONS = ("k_cache", "v_cache")  # (L, S, kv_dim): the regions `rows` narrow
 class Backend(Protocol):
     name: str
     needs_f32_weights: bool
-    key_dtype: np.dtype  # what the arena keeps keys in (values are always f32)
+    kv_format: KVFormat  # how the arena keeps the ring's keys and values
     scratch: ScratchPlan | None  # adds the forward pass's own arena regions, if it has any
     features: frozenset[str]  # the architecture FEATURES its forward pass implements
 

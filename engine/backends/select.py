@@ -92,8 +92,8 @@ class Placement:
         if self.ring_slots is None:
             if self.evict == DEFAULT_EVICT:
                 return None
-            key_bytes = self.backend(cfg).key_dtype.itemsize  # what the conversation would use
-            return RingPolicy.for_model(cfg, cfg.kv_bytes_per_slot(key_bytes, 4),
+            item_bytes = self.backend(cfg).kv_format.slot_item_bytes  # the conversation's
+            return RingPolicy.for_model(cfg, cfg.kv_bytes_per_slot(*item_bytes),
                                         evict=self.evict)
         longest = min(cfg.context_length, cfg.sliding_window or cfg.context_length)
         return RingPolicy.for_model(cfg, slots=min(self.ring_slots, longest), evict=self.evict)

@@ -25,7 +25,15 @@ from ulid import ULID
 from ..errors import UnusableFileError
 from ..fileio import describe_os_error, open_regular
 from ..state.arena import CLOCK, N_ACTIVE, NEXT_POS, REBASES
-from .format import KV_DTYPES, array_at, metadata_view, unpack_trailer
+from .format import (
+    KV_DTYPES,
+    array_at,
+    dtype_code,
+    metadata_view,
+    parse_code,
+    slab_rows,
+    unpack_trailer,
+)
 from .identity import WINDOW_PLANES, PlaneSpec, plane_specs
 from .restore import ParsedSnapshot, _close
 from .segment import chain_dir
@@ -63,11 +71,11 @@ class ParsedSegment:
     def rows(self, kind: str, layer: int) -> np.ndarray:
         """(n_dirty, kv_dim) K ("k") or V ("v") rows of one layer, read-only."""
         h = self.header
-        dtype = KV_DTYPES[h.k_code if kind == "k" else h.v_code]
+        dtype, by_dimension = parse_code(h.k_code if kind == "k" else h.v_code)
         count = h.n_dirty * h.kv_dim
         start = self.sections.k_rows if kind == "k" else self.sections.v_rows
-        return array_at(self.mapping, start + layer * count * dtype.itemsize, dtype,
-                        count).reshape(h.n_dirty, h.kv_dim)
+        flat = array_at(self.mapping, start + layer * count * dtype.itemsize, dtype, count)
+        return slab_rows(flat, h.n_dirty, h.kv_dim, by_dimension)
 
 
 def read_segment(path: Path, planes) -> ParsedSegment:
@@ -89,7 +97,7 @@ def read_segment(path: Path, planes) -> ParsedSegment:
     try:
         h = unpack_segment_header(mapping, size)
         s = SegmentSections.plan(h.n_active, h.n_dirty, h.num_layers, h.kv_dim,
-                                 KV_DTYPES[h.k_code], KV_DTYPES[h.v_code], planes,
+                                 KV_DTYPES[h.k_code], parse_code(h.v_code)[0], planes,
                                  h.window_rows)
         if s.size != h.size:
             raise SegmentCorruptError("section offsets disagree with the header's counts")
@@ -219,7 +227,8 @@ def walk_chain(snap: ParsedSnapshot, context_length: int,
     walk = _Walk(0, digest, snap.header.clock, a["slot_clock"].copy(), a["slot_pos"].copy(),
                  np.full(s.n_active, -1, np.int32), np.arange(s.n_active))
     rebases = int(a["ring_counters"][REBASES])
-    codes = (s.n_layers, s.kv_dim, _code(s.k_dtype), _code(s.v_dtype))
+    codes = (s.n_layers, s.kv_dim, dtype_code(s.k_dtype),
+             dtype_code(s.v_dtype, s.v_by_dimension))
     window = next((p.shape[1] for p in planes if p.name in WINDOW_PLANES), 0)
     directory = chain_dir(snap.path)
     names = segment_names(directory)
@@ -250,6 +259,3 @@ def segment_names(directory: Path) -> list[str]:
     except (FileNotFoundError, NotADirectoryError):
         return []
 
-
-def _code(dtype: np.dtype) -> int:
-    return next(code for code, known in KV_DTYPES.items() if known == dtype)

@@ -9,7 +9,8 @@ Byte layout, all little-endian (docs/snapshot.md has the full table):
     ...   slot metadata          -  clock u64[n], pos i32[n], active u8[n], salience f32[n]
     ...   ring state             -  turn_starts u64[128], sampler_state u64[6], counters u64[8]
     kv    K slabs, V slabs       -  [L][n][kv_dim] each in their element type, 64-byte aligned;
-                                    L counts the ring's (FULL) layers
+                                    L counts the ring's (FULL) layers; version 4 V slabs may
+                                    be [L][kv_dim][n] instead (flagged in their code)
     ...   layer planes           -  version 3: the state of layers outside the ring, whole
                                     (window planes in token order, conv carries), 64-aligned
     end-24  trailer           24 B  b"SNAPSUM\\0" + xxh3-128 of every byte before the trailer
@@ -18,7 +19,10 @@ Version 2 added the element codes: a backend may keep keys in f16 (ggml). Versio
 whose slabs are all f32 and whose code bytes are zero padding, are still read. Version 3
 added the layer planes of hybrid models (their offset and size in the body header, their
 names, types and shapes in the identity); a model without such layers writes none, and its
-version 3 file differs from a version 2 one only in the version number.
+version 3 file differs from a version 2 one only in the version number. Version 4 lets
+the V slabs be stored by dimension, as a backend that keeps its values so (ggml) holds them
+(engine/state/kv_format.py), flagged by BY_DIMENSION in the V element code: a restore into
+the same orientation is then one contiguous copy per row, and any other is transposed by it.
 
 Every failure to read a file raises a SnapshotError subclass whose message is one line.
 """
@@ -35,10 +39,13 @@ from ..errors import ChannelError
 from ..state.arena import MAX_TURN_BOUNDARIES, SAMPLER_WORDS
 
 SNAPSHOT_MAGIC = b"SNAP"
-SNAPSHOT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+SNAPSHOT_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 # Element codes of the K and V slabs in the body header; version 1 slabs are f32.
 KV_DTYPES = {1: np.dtype(np.float32), 2: np.dtype(np.float16)}
+# Or'ed into a V element code (version 4, and chain segments): each layer's slab is stored
+# [kv_dim][n], one row of n values per dimension, rather than [n][kv_dim].
+BY_DIMENSION = 0x80
 MAX_STREAM_ID = 64
 # The seed's SnapshotHeader: extern struct, natural C alignment, which '<' reproduces here
 # because every field already sits at a multiple of its size.
@@ -126,11 +133,12 @@ class Sections:
     planes_bytes: int
     trailer: int
     size: int
+    v_by_dimension: bool = False  # V slabs stored [kv_dim][n] (version 4)
 
     @staticmethod
     def plan(n_active: int, n_layers: int, kv_dim: int, identity_len: int,
              k_dtype: np.dtype = F32, v_dtype: np.dtype = F32,
-             planes_bytes: int = 0) -> Sections:
+             planes_bytes: int = 0, v_by_dimension: bool = False) -> Sections:
         at = HEADER.size + BODY.size
         identity = at
         at = align_up(at + identity_len, 8)
@@ -144,7 +152,7 @@ class Sections:
         return Sections(n_active, n_layers, kv_dim, identity, identity_len, slot_clock,
                         slot_pos, slot_active, slot_salience, turn_starts, sampler_state,
                         counters, kv, k_dtype, v_dtype, planes, planes_bytes, trailer,
-                        trailer + TRAILER.size)
+                        trailer + TRAILER.size, v_by_dimension)
 
     def slab_bytes(self, kind: str) -> int:
         """One layer's K ("k") or V ("v") bytes."""
@@ -215,18 +223,31 @@ def unpack_header(data: bytes | memoryview) -> Header:
     return Header(version, clock, anchors, layers, kv_dim, max_slots, ingested, stream_id, turns)
 
 
-def dtype_code(dtype: np.dtype) -> int:
+def dtype_code(dtype: np.dtype, by_dimension: bool = False) -> int:
+    """The element code of slabs of `dtype` (V slabs stored by dimension are flagged)."""
     for code, known in KV_DTYPES.items():
         if known == dtype:
-            return code
+            return code | (BY_DIMENSION if by_dimension else 0)
     raise ValueError(f"no snapshot element code for {dtype}")
+
+
+def parse_code(code: int) -> tuple[np.dtype, bool] | None:
+    """(element type, stored by dimension) of a slab element code; None if unknown."""
+    dtype = KV_DTYPES.get(code & ~BY_DIMENSION)
+    return None if dtype is None else (dtype, bool(code & BY_DIMENSION))
+
+
+def slab_rows(flat: np.ndarray, n: int, kv_dim: int, by_dimension: bool) -> np.ndarray:
+    """A layer's stored slab of n slots, seen by slot: (n, kv_dim), a transposed view where
+    it is stored by dimension (np.copyto into an arena plane stored alike stays contiguous)."""
+    return flat.reshape(kv_dim, n).T if by_dimension else flat.reshape(n, kv_dim)
 
 
 def pack_body(sections: Sections) -> bytes:
     return BODY.pack(BODY_MAGIC, sections.n_active, sections.identity_len, sections.kv,
                      sections.kv_bytes, sections.size, dtype_code(sections.k_dtype),
-                     dtype_code(sections.v_dtype), sections.planes if sections.planes_bytes
-                     else 0, sections.planes_bytes)
+                     dtype_code(sections.v_dtype, sections.v_by_dimension),
+                     sections.planes if sections.planes_bytes else 0, sections.planes_bytes)
 
 
 def unpack_sections(data: bytes | memoryview, header: Header, actual_size: int) -> Sections:
@@ -248,12 +269,13 @@ def unpack_sections(data: bytes | memoryview, header: Header, actual_size: int) 
         )
     if header.version == 1:
         k_code = v_code = 1  # version 1 padded these bytes with zeros; its slabs are f32
-    if k_code not in KV_DTYPES or v_code not in KV_DTYPES:
+    values = parse_code(v_code)
+    if k_code not in KV_DTYPES or values is None or (values[1] and header.version < 4):
         raise SnapshotCorruptError(f"unknown K/V element codes {k_code}/{v_code}")
     if header.version < 3 and (planes or planes_bytes):
         raise SnapshotCorruptError(f"version {header.version} with layer planes")
     sections = Sections.plan(n_active, header.num_layers, header.kv_dim, identity_len,
-                             KV_DTYPES[k_code], KV_DTYPES[v_code], planes_bytes)
+                             KV_DTYPES[k_code], values[0], planes_bytes, values[1])
     if (sections.kv, sections.size, sections.kv_bytes) != (kv, size, kv_bytes) or \
             (planes_bytes and sections.planes != planes):
         raise SnapshotCorruptError("section offsets disagree with the header's geometry")

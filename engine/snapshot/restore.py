@@ -39,6 +39,7 @@ from .format import (
     SnapshotTruncatedError,
     array_at,
     metadata_view,
+    slab_rows,
     unpack_header,
     unpack_sections,
     unpack_trailer,
@@ -72,12 +73,12 @@ class ParsedSnapshot:
                 metadata_view(self.mapping, self.sections, n, name) for name in METADATA}
 
     def slab(self, kind: str, layer: int) -> np.ndarray:
+        """One layer's K ("k") or V ("v") slab, (n_active, kv_dim), read-only."""
         s = self.sections
         offset = s.k_slab(layer) if kind == "k" else s.v_slab(layer)
         dtype = s.k_dtype if kind == "k" else s.v_dtype
-        return array_at(self.mapping, offset, dtype, s.n_active * s.kv_dim).reshape(
-            s.n_active, s.kv_dim
-        )
+        flat = array_at(self.mapping, offset, dtype, s.n_active * s.kv_dim)
+        return slab_rows(flat, s.n_active, s.kv_dim, kind == "v" and s.v_by_dimension)
 
 
 def read_snapshot(path: Path) -> ParsedSnapshot:
@@ -193,8 +194,9 @@ def copy_base_into(snap: ParsedSnapshot, conv: Conversation, kv: bool = True) ->
         np.copyto(target[: source.shape[0]], source)
         if name.startswith("slot_"):
             target[n:] = 0
-    # Slabs in another element type than this backend keeps (f16 keys from ggml, f32 from
-    # numpy) are converted by the copy: f16 to f32 exactly, f32 to f16 rounded to nearest.
+    # Slabs in another element type than this backend keeps (f16 from ggml, f32 from numpy)
+    # are converted by the copy: f16 to f32 exactly, f32 to f16 rounded to nearest; V slabs
+    # in the other orientation are transposed by it (both are seen by slot).
     for layer in range(snap.sections.n_layers if kv else 0):
         np.copyto(v.k_cache[layer, :n], snap.slab("k", layer))
         np.copyto(v.v_cache[layer, :n], snap.slab("v", layer))

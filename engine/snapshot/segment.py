@@ -26,7 +26,8 @@ import numpy as np
 
 from ..conversation import Conversation
 from ..state.arena import TURNS
-from .format import SnapshotError, dtype_code
+from ..state.kv_format import stored_by_dimension
+from .format import SnapshotError, dtype_code, parse_code
 from .identity import WINDOW_PLANES, PlaneSpec
 from .segment_format import (
     SEG_TRAILER,
@@ -158,7 +159,8 @@ def take_segment_cut(conv: Conversation, head: ChainHead, stream_id: str,
                                     v.v_cache.dtype, head.planes, window_rows)
     header = SegmentHeader(
         head.seq + 1, head.base_digest, head.digest, head.clock, dirty_from, clock, n,
-        n - first_dirty, L, kv_dim, dtype_code(v.k_cache.dtype), dtype_code(v.v_cache.dtype),
+        n - first_dirty, L, kv_dim, dtype_code(v.k_cache.dtype),
+        dtype_code(v.v_cache.dtype, stored_by_dimension(v.v_cache)),
         window_rows, ring.rebases, sections.size, stream_id,
         int((session or {}).get("skipped_tokens", 0)),
         bool((session or {}).get("awaiting_reply", False)))
@@ -205,9 +207,10 @@ class SegmentWriter(DurableFileWriter):
     def write_rows(self, cut: SegmentCut) -> None:
         self._advance("metadata", "rows", "write_rows")
         self._pad_to(cut.sections.k_rows)
-        for rows in (cut.k_rows, cut.v_rows):
+        by_dimension = parse_code(cut.header.v_code)[1]
+        for rows, transpose in ((cut.k_rows, False), (cut.v_rows, by_dimension)):
             for layer in rows:  # (n_dirty, kv_dim): contiguous, straight from the arena
-                self._write(layer)
+                self._write(layer.T if transpose else layer)  # as stored: (kv_dim, n_dirty)
         for name, (offset, _) in cut.sections.planes.items():
             self._pad_to(offset)
             self._write(cut.planes[name])

@@ -8,7 +8,9 @@ chain.py reads, validates and applies).
                                      whole (small), because salience changes on every pass
     ...     ring state           -   turn_starts u64[128], sampler_state u64[6], counters u64[8]
     kv      K rows, V rows       -   [L][n_dirty][kv_dim] each: the slots stamped after
-                                     dirty_from, i.e. the last n_dirty live slots, 64-aligned
+                                     dirty_from, i.e. the last n_dirty live slots, 64-aligned;
+                                     version 2: V rows may be [L][kv_dim][n_dirty], flagged
+                                     as a snapshot's are (format.py BY_DIMENSION)
     ...     layer planes         -   hybrid models: window planes' newest window_rows rows
                                      (token order), conv carries whole, 64-aligned
     end-24  trailer           24 B   b"SEGSUM\\0\\0" + xxh3-128 of every byte before it
@@ -25,11 +27,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..align import align_up
-from .format import KV_ALIGN, KV_DTYPES, MAX_STREAM_ID, SnapshotError, plan_metadata
+from .format import KV_ALIGN, KV_DTYPES, MAX_STREAM_ID, SnapshotError, parse_code, plan_metadata
 from .identity import WINDOW_PLANES, PlaneSpec
 
 SEGMENT_MAGIC = b"SNAPSEG\0"
-SEGMENT_VERSION = 1
+SEGMENT_VERSION = 2
+READABLE_SEGMENT_VERSIONS = (1, 2)
 # magic, version, header size, seq, base digest, prev digest, prev_clock, dirty_from, clock,
 # n_active, n_dirty, num_layers, kv_dim, K code, V code, stream_id_len, window_rows,
 # rebases, size, stream_id, skipped_tokens, awaiting_reply, reserved
@@ -90,7 +93,7 @@ class SegmentHeader:
     num_layers: int
     kv_dim: int
     k_code: int
-    v_code: int
+    v_code: int  # with format.py's BY_DIMENSION flag where V rows are stored by dimension
     window_rows: int
     rebases: int
     size: int  # the whole segment, trailer included
@@ -121,8 +124,8 @@ def unpack_segment_header(data: bytes | memoryview, actual_size: int) -> Segment
      sid, skipped, awaiting) = SEG_HEADER.unpack_from(data, 0)
     if magic != SEGMENT_MAGIC:
         raise SegmentMagicError(f"not a segment (magic {bytes(magic)!r})")
-    if version != SEGMENT_VERSION:
-        raise SegmentVersionError(f"segment version {version} unsupported (reads 1)")
+    if version not in READABLE_SEGMENT_VERSIONS:
+        raise SegmentVersionError(f"segment version {version} unsupported (reads 1 and 2)")
     if header_size != SEG_HEADER.size or sid_len > MAX_STREAM_ID:
         raise SegmentCorruptError(f"header size {header_size}, stream_id_len {sid_len}")
     if actual_size < size:
@@ -131,7 +134,8 @@ def unpack_segment_header(data: bytes | memoryview, actual_size: int) -> Segment
         raise SegmentCorruptError(f"{actual_size - size} unexpected bytes after the trailer")
     if awaiting > 1:
         raise SegmentCorruptError(f"awaiting_reply flag {awaiting} is neither 0 nor 1")
-    if n_dirty > n or k_code not in KV_DTYPES or v_code not in KV_DTYPES:
+    values = parse_code(v_code)
+    if n_dirty > n or k_code not in KV_DTYPES or values is None or (values[1] and version < 2):
         raise SegmentCorruptError(f"{n_dirty} dirty of {n} slots, element codes "
                                   f"{k_code}/{v_code}")
     try:

@@ -22,6 +22,7 @@ import xxhash
 
 from ..conversation import Conversation
 from ..fileio import create_exclusive
+from ..state.kv_format import stored_by_dimension
 from .format import METADATA, SNAPSHOT_VERSION, Header, Sections, pack_body, pack_trailer
 from .identity import WINDOW_PLANES, identity_bytes, identity_of, window_to_token_order
 
@@ -75,7 +76,8 @@ def take_cut(conv: Conversation, stream_id: str, session: dict | None = None) ->
                      else regions[name].copy()) for name in ring.planes}
     sections = Sections.plan(n, header.num_layers, header.kv_dim, len(identity_bytes(identity)),
                              v.k_cache.dtype, v.v_cache.dtype,
-                             sum(plane.nbytes for plane in planes.values()))
+                             sum(plane.nbytes for plane in planes.values()),
+                             stored_by_dimension(regions["v_cache"]))
     return Cut(header, identity, sections, v.slot_clock[:n].copy(), v.slot_pos[:n].copy(),
                v.slot_active[:n].copy(), v.slot_salience[:n].copy(), v.turn_starts.copy(),
                v.sampler_state.copy(), v.ring_counters.copy(), regions["k_cache"],
@@ -188,9 +190,9 @@ class SnapshotWriter(DurableFileWriter):
         s = cut.sections
         self._pad_to(s.kv)
         n = s.n_active
-        for cache in (cut.k_cache, cut.v_cache):
-            for layer in range(s.n_layers):
-                self._write(cache[layer, :n])  # contiguous rows straight from the arena
+        for cache, transpose in ((cut.k_cache, False), (cut.v_cache, s.v_by_dimension)):
+            for layer in range(s.n_layers):  # rows straight from the arena, as it stores them
+                self._write(cache[layer, :n].T if transpose else cache[layer, :n])
         if cut.planes:
             self._pad_to(s.planes)
             for plane in cut.planes.values():  # in the order the identity lists them

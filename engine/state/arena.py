@@ -19,6 +19,7 @@ from ..align import ALIGN, align_up
 from ..errors import LayoutError, StaleViewError
 from ..model.architecture import CONV, DELTA, WINDOW
 from ..model.config import ModelConfig
+from .kv_format import REFERENCE, KVFormat
 from .layout import ArenaLayout
 from .ring_policy import RingPolicy
 
@@ -66,13 +67,13 @@ def add_layer_planes(lay: ArenaLayout, cfg: ModelConfig, key_dtype: np.dtype | t
         lay.add("delta_state", np.float32, (n_delta, cfg.delta_v_heads, hd, hd))
 
 
-def conversation_layout(cfg: ModelConfig, policy: RingPolicy,
-                        key_dtype: np.dtype | type = np.float32,
+def conversation_layout(cfg: ModelConfig, policy: RingPolicy, kv: KVFormat = REFERENCE,
                         scratch: ScratchPlan | None = None) -> ArenaLayout:
-    """The arena layout for one conversation of `cfg` under `policy`, sealed. Keys are kept
-    in `key_dtype` (f16 halves what attention reads per token where the backend computes in
-    it); values, and everything else, are f32. `scratch` adds the regions a backend's own
-    forward pass works in (the numpy backend's; a backend with device memory needs none)."""
+    """The arena layout for one conversation of `cfg` under `policy`, sealed. The ring's keys
+    and values are kept as the backend's `kv` format says (f16 halves what attention reads per
+    token where the backend computes in it); everything else is f32. `scratch` adds the
+    regions a backend's own forward pass works in (the numpy backend's; a backend with device
+    memory needs none)."""
     if not 0 < policy.max_slots <= cfg.context_length:
         raise LayoutError(
             f"ring of {policy.max_slots} slots must be between 1 and the model's context "
@@ -84,9 +85,12 @@ def conversation_layout(cfg: ModelConfig, policy: RingPolicy,
 
     # Persistent ring state. Slots [0, n_active) are live, anchors first, oldest to newest.
     # Plane j is the j-th FULL layer's (cfg.layers_of(FULL)[j]): every layer in most models.
-    lay.add("k_cache", key_dtype, (L, S, cfg.kv_dim))  # keys, RoPE applied at slot_pos
-    lay.add("v_cache", f32, (L, S, cfg.kv_dim))
-    add_layer_planes(lay, cfg, key_dtype)
+    lay.add("k_cache", kv.key_dtype, (L, S, cfg.kv_dim))  # keys, RoPE applied at slot_pos
+    if kv.values_by_dimension:  # stored (L, kv_dim, S), seen (L, S, kv_dim): kv_format.py
+        lay.add("v_cache", kv.value_dtype, (L, cfg.kv_dim, S), view_axes=(0, 2, 1))
+    else:
+        lay.add("v_cache", kv.value_dtype, (L, S, cfg.kv_dim))
+    add_layer_planes(lay, cfg, kv.key_dtype)
     lay.add("slot_clock", np.uint64, (S,))  # ingest clock of each slot's token
     lay.add("slot_pos", np.int32, (S,))  # RoPE position the key was rotated to
     lay.add("slot_active", np.uint8, (S,))
@@ -231,8 +235,8 @@ class StateArena:
     def _make_views(self) -> ArenaViews:
         views = {}
         for r in self.layout.regions:
-            flat = self._bytes[r.offset : r.end].view(r.dtype)
-            views[r.name] = flat.reshape(r.shape)
+            view = self._bytes[r.offset : r.end].view(r.dtype).reshape(r.shape)
+            views[r.name] = view if r.view_axes is None else view.transpose(r.view_axes)
         return ArenaViews(self, self.generation, views)
 
     def _init_constants(self) -> None:

@@ -23,7 +23,10 @@ class Region:
     name: str
     offset: int  # bytes from the arena's aligned base; a multiple of ALIGN
     dtype: np.dtype
-    shape: tuple[int, ...]
+    shape: tuple[int, ...]  # as stored
+    # The order the arena's views present the stored axes in (None: as stored). Values kept
+    # by dimension are stored (L, kv_dim, S) and seen (L, S, kv_dim): state/kv_format.py.
+    view_axes: tuple[int, ...] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -53,13 +56,17 @@ class ArenaLayout:
         self._cursor = 0
         self._sealed = False
 
-    def add(self, name: str, dtype: np.dtype | type | str, shape: tuple[int, ...]) -> Region:
+    def add(self, name: str, dtype: np.dtype | type | str, shape: tuple[int, ...],
+            view_axes: tuple[int, ...] | None = None) -> Region:
         if self._sealed:
             raise LayoutSealedError(f"layout is sealed; cannot add region {name!r}")
         if name in self._regions:
             raise LayoutError(f"region {name!r} already exists")
         _checked_count(shape, name)
-        region = Region(name, self._cursor, np.dtype(dtype), tuple(int(d) for d in shape))
+        if view_axes is not None and sorted(view_axes) != list(range(len(shape))):
+            raise LayoutError(f"region {name!r}: view axes {view_axes} do not permute {shape}")
+        region = Region(name, self._cursor, np.dtype(dtype), tuple(int(d) for d in shape),
+                        view_axes)
         end = region.end
         if end > MAX_ARENA_BYTES:
             raise LayoutError(f"layout exceeds {MAX_ARENA_BYTES} bytes at region {name!r}")

@@ -40,6 +40,7 @@ from .arena import (
     StateArena,
 )
 from .evict_policy import TurnSpans, choose_victims, score_scale, update_scores
+from .kv_format import stored_by_dimension
 from .ring_policy import RingPolicy
 
 
@@ -250,8 +251,16 @@ class KVRing:
         keep[m:] = True
         kept = n - k
         for cache in (v.k_cache, v.v_cache):
-            # The staging rows are f32-sized, so they hold rows of either key dtype.
+            # The staging rows are f32-sized, so they hold rows of either dtype. A plane kept
+            # by dimension is compacted along its stored slot axis, so that both copies run
+            # over contiguous memory (its by-slot view would move strided elements).
             staging = v.compact_staging.reshape(-1).view(cache.dtype)[: (kept - first) * kv_dim]
+            if stored_by_dimension(cache):
+                staging = staging.reshape(kv_dim, kept - first)
+                for layer in cache.swapaxes(1, 2):  # (kv_dim, S)
+                    np.compress(keep, layer[:, first:n], axis=1, out=staging)
+                    layer[:, first:kept] = staging
+                continue
             staging = staging.reshape(kept - first, kv_dim)
             for layer in cache:
                 np.compress(keep, layer[first:n], axis=0, out=staging)

@@ -48,7 +48,7 @@ def bench_policy_bookkeeping(model: Model, backend: Backend, decode_tok_s: float
     """{policy: {"update_us", "choose_us", "per_token_us", "share_of_decode"}} for a full ring
     of the default size."""
     base = RingPolicy.for_model(model.config)
-    arena = StateArena(conversation_layout(model.config, base, backend.key_dtype))
+    arena = StateArena(conversation_layout(model.config, base, backend.kv_format))
     v = arena.views()
     n = base.max_slots - 1  # one slot free: a decode step's ring
     m = n - base.recent_window  # victim candidates (no anchors)

@@ -46,8 +46,11 @@ class ArenaTensors:
         # ggml shapes are written fastest dimension first: (kv_dim, S) is numpy's (S, kv_dim).
         self.k_cache = tuple(region("k_cache", k_kind, kv_dim, S, offset=i * k_plane)
                              for i in range(L))
-        self.v_cache = tuple(region("v_cache", f32, kv_dim, S, offset=i * v_plane)
-                             for i in range(L))
+        # Values stored by dimension (state/kv_format.py) are numpy's (kv_dim, S) per layer.
+        self.values_by_dimension = layout["v_cache"].view_axes is not None
+        v_ne = (S, kv_dim) if self.values_by_dimension else (kv_dim, S)
+        self.v_cache = tuple(region("v_cache", kinds[layout["v_cache"].dtype], *v_ne,
+                                    offset=i * v_plane) for i in range(L))
         # WINDOW layers' circular planes (engine/state/arena.py add_layer_planes), one each.
         self.kw_cache: tuple[Tensor, ...] = ()
         self.vw_cache: tuple[Tensor, ...] = ()

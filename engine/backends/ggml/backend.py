@@ -14,11 +14,10 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 
-import numpy as np
-
 from ...errors import UnsupportedArchitectureError
 from ...model.model import Model
 from ...state.arena import Allocator
+from ...state.kv_format import F16, KVFormat
 from ...state.ring import KVRing
 from ..base import model_problem
 from . import FEATURES
@@ -40,7 +39,9 @@ class GgmlBackend:
     # f16 keys: attention reads half the bytes per token (ggml multiplies f16 x f16 exactly as
     # llama.cpp's default cache does). Values stay f32: out_prod, which reads them in place,
     # has no f16 kernel.
-    key_dtype = np.dtype(np.float16)
+    # f16 keys and values, values by dimension: attention's two products then read half the
+    # bytes, and the value product runs as one mul_mat over contiguous rows (attend.py).
+    kv_format = KVFormat(F16, F16, values_by_dimension=True)
     scratch = None  # no arena scratch: its intermediates live in its own buffers
     features = FEATURES
 

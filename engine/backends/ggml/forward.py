@@ -90,6 +90,7 @@ class GgmlForward(ForwardPass):
             inp.tokens[:] = chunk
             np.add(v.slot_index[:C], span.pos, out=inp.positions)
             np.add(v.slot_index[:C], n, out=inp.slots, casting="unsafe")
+            graph.place_values()
             inp.mask[:, :, :n] = 0.0
             inp.mask[:, :, n:N] = v.p_causal[:C, None, :C]
             inp.mask[:, :, N:] = -np.inf
@@ -109,6 +110,7 @@ class GgmlForward(ForwardPass):
         inp.tokens[0] = token
         inp.positions[0] = span.pos
         inp.slots[0] = span.start
+        graph.place_values()
         inp.mask[0, :, :N] = 0.0
         inp.mask[0, :, N:] = -np.inf
         self._window_inputs(inp)

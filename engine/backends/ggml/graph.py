@@ -37,6 +37,9 @@ class StepInputs:
     tokens: np.ndarray  # (n_q,) int32: token ids
     positions: np.ndarray  # (n_q,) int32: RoPE position of each new token
     slots: np.ndarray  # (n_q,) int64: ring slot each new token's K/V is written to
+    # Values stored by dimension (empty otherwise): where each new value lands in a layer's
+    # plane flattened, (n_q, kv_dim) int64: dimension j of the token in slot s at j * S + s.
+    value_slots: np.ndarray
     mask: np.ndarray  # (n_q, G, n_kv) float32: 0 where query row may attend a slot, else -inf
     # WINDOW layers (empty where there are none): the circular row of each new token, and
     # the mask over the keys a window layer attends: its plane's rows (decode, written first)
@@ -68,10 +71,13 @@ class StepGraph:
             raise MemoryError(f"ggml could not allocate a graph for {n_q} x {n_kv}")
         G = cfg.group_size
         windowed = "wslots" in inputs
+        by_dimension = "value_slots" in inputs
         self.inputs = StepInputs(
             tokens=tensor_array(inputs["tokens"], np.int32),
             positions=tensor_array(inputs["positions"], np.int32),
             slots=tensor_array(inputs["slots"], np.int64),
+            value_slots=(tensor_array(inputs["value_slots"], np.int64).reshape(n_q, cfg.kv_dim)
+                         if by_dimension else np.empty((0, 0), np.int64)),
             mask=tensor_array(inputs["mask"], np.float32).reshape(n_q, G, n_kv),
             wslots=tensor_array(inputs["wslots"], np.int64) if windowed else np.empty(0),
             wmask=(tensor_array(inputs["wmask"], np.float32).reshape(n_q, G, -1) if windowed
@@ -82,6 +88,16 @@ class StepGraph:
         if "arange" in inputs:
             arange = tensor_array(inputs["arange"], np.int32)
             arange[:] = np.arange(arange.shape[0], dtype=np.int32)
+        slots = arena.k_cache[0].contents.ne[1]
+        self._dimension_offsets = np.arange(cfg.kv_dim if by_dimension else 0,
+                                            dtype=np.int64) * slots
+
+    def place_values(self) -> None:
+        """Where the new tokens' values go, from their slots (once `inputs.slots` is filled):
+        a plane stored by dimension takes each of a token's values in its own row."""
+        if self._dimension_offsets.size:
+            np.add(self.inputs.slots[:, None], self._dimension_offsets,
+                   out=self.inputs.value_slots)
 
     def close(self) -> None:
         self._free()
@@ -129,6 +145,8 @@ class _Builder(Attend, HybridBlocks, DeltaBlocks):
         positions = self.input("positions", g.GGML_TYPE_I32, n_q)
         slots = self.input("slots", g.GGML_TYPE_I64, n_q)
         mask = self.input("mask", g.GGML_TYPE_F32, n_kv, cfg.group_size * n_q)
+        self.value_slots = (self.input("value_slots", g.GGML_TYPE_I64, cfg.kv_dim * n_q)
+                            if self.arena.values_by_dimension else None)
         KVH = cfg.n_kv_heads
         self.ones = self.input("ones", g.GGML_TYPE_F32, 1, cfg.group_size * n_q, KVH,
                                constant=True)
@@ -261,8 +279,14 @@ class _Builder(Attend, HybridBlocks, DeltaBlocks):
         # Scatter the new rows into their slots first; graph order makes the reads below see them.
         self.emit(g.ggml_set_rows(ctx, k_cache, g.ggml_reshape_2d(ctx, k, cfg.kv_dim, n_q),
                                   slots))
-        self.emit(g.ggml_set_rows(ctx, v_cache, v, slots))
-        out, probs = self.attend(q, k_cache, v_cache, mask, n_q, n_kv)
+        if self.value_slots is None:
+            self.emit(g.ggml_set_rows(ctx, v_cache, v, slots))
+        else:  # by dimension: every value is a row of one element, at StepInputs.value_slots
+            plane = g.ggml_reshape_2d(ctx, v_cache, 1, v_cache.contents.ne[0] * cfg.kv_dim)
+            self.emit(g.ggml_set_rows(ctx, plane, g.ggml_reshape_2d(ctx, v, 1, cfg.kv_dim * n_q),
+                                      self.value_slots))
+        out, probs = self.attend(q, k_cache, v_cache, mask, n_q, n_kv,
+                                 values_by_dimension=self.value_slots is not None)
         # Attention mass per slot: out_prod sums over its second dimension, here each K/V
         # head's (query, head) rows of the probabilities against ones; one output row per
         # K/V head, so the threads share the work. build() sums the K/V heads at the end.

@@ -6,10 +6,9 @@ model's dequantized f32 weight image.
 
 from __future__ import annotations
 
-import numpy as np
-
 from ...model.model import Model
 from ...state.arena import Allocator
+from ...state.kv_format import REFERENCE
 from ...state.ring import KVRing
 from ..base import ForwardPass
 from . import FEATURES
@@ -20,7 +19,7 @@ from .scratch import add_numpy_scratch
 class NumpyBackend:
     name = "numpy"
     needs_f32_weights = True
-    key_dtype = np.dtype(np.float32)
+    kv_format = REFERENCE
     scratch = staticmethod(add_numpy_scratch)  # Forward's intermediates live in the arena
     features = FEATURES
 

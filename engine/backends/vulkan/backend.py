@@ -16,6 +16,7 @@ import numpy as np
 from ...align import align_up
 from ...model.model import Model
 from ...state.arena import Allocator
+from ...state.kv_format import REFERENCE
 from ...state.ring import KVRing
 from ..base import model_problem
 from ..ggml import FEATURES as GGML_FEATURES
@@ -47,7 +48,7 @@ def lazy_anonymous_memory(nbytes: int) -> np.ndarray:
 class VulkanBackend:
     name = "vulkan"
     needs_f32_weights = False
-    key_dtype = np.dtype(np.float32)  # the shaders read f32 keys
+    kv_format = REFERENCE  # the shaders read f32 keys and values, by slot
     scratch = None  # no arena scratch: its intermediates live in its own buffers
     features = FEATURES
 
