@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from engine.allocs import measure_allocations
 from engine.conversation import Conversation
 from engine.state.ring_policy import RingPolicy
+
+from .test_kv_format import ByDimensionNumpy
 
 
 def test_steady_state_decode_allocates_no_numpy_buffers(real_model) -> None:
@@ -27,9 +30,11 @@ def test_steady_state_decode_allocates_no_numpy_buffers(real_model) -> None:
     assert abs(long.peak_transient_bytes - short.peak_transient_bytes) < d_bytes
 
 
-def test_eviction_and_rebase_do_not_grow_memory(tiny_model) -> None:
+@pytest.mark.parametrize("values", ["by slot", "by dimension"])
+def test_eviction_and_rebase_do_not_grow_memory(tiny_model, values) -> None:
     policy = RingPolicy(max_slots=64, recent_window=8, evict_batch=8, prefill_chunk=16)
-    conv = Conversation(tiny_model, policy)
+    backend = ByDimensionNumpy() if values == "by dimension" else None
+    conv = Conversation(tiny_model, policy, backend=backend)
     conv.ingest([1, 2, 3], anchors=True)
     token = iter(range(10**6))
 

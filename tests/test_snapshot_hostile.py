@@ -176,7 +176,7 @@ def test_inspect_command_reports_validation(good_snapshot, tmp_path: Path) -> No
     out = subprocess.run([str(channel), "snapshot", "inspect", str(path), "--json"],
                          capture_output=True, text=True, timeout=60)
     report = json.loads(out.stdout)
-    assert out.returncode == 0 and report["valid"] and report["header"]["version"] == 3
+    assert out.returncode == 0 and report["valid"] and report["header"]["version"] == 4
     assert report["header"]["stream_id"] == "01JABCDEFGHJKMNPQRSTVWXYZ0"
     path.write_bytes(good_snapshot[:1000])
     out = subprocess.run([str(channel), "snapshot", "inspect", str(path)],

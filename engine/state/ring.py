@@ -39,8 +39,8 @@ from .arena import (
     TURNS,
     StateArena,
 )
+from .compaction import compact_slots
 from .evict_policy import TurnSpans, choose_victims, score_scale, update_scores
-from .kv_format import stored_by_dimension
 from .ring_policy import RingPolicy
 
 
@@ -236,7 +236,6 @@ class KVRing:
     def _evict(self, need: int) -> None:
         v = self.arena.views().check()
         n, first = self.n_active, self.n_anchors
-        kv_dim = self.cfg.kv_dim
         end = n - self.policy.recent_window  # candidates: [first, end)
         m = end - first
         k = min(max(need, self.policy.evict_batch), m)
@@ -249,26 +248,7 @@ class KVRing:
         keep = v.keep_mask[: n - first]
         np.logical_not(victims, out=keep[:m])
         keep[m:] = True
-        kept = n - k
-        for cache in (v.k_cache, v.v_cache):
-            # The staging rows are f32-sized, so they hold rows of either dtype. A plane kept
-            # by dimension is compacted along its stored slot axis, so that both copies run
-            # over contiguous memory (its by-slot view would move strided elements).
-            staging = v.compact_staging.reshape(-1).view(cache.dtype)[: (kept - first) * kv_dim]
-            if stored_by_dimension(cache):
-                staging = staging.reshape(kv_dim, kept - first)
-                for layer in cache.swapaxes(1, 2):  # (kv_dim, S)
-                    np.compress(keep, layer[:, first:n], axis=1, out=staging)
-                    layer[:, first:kept] = staging
-                continue
-            staging = staging.reshape(kept - first, kv_dim)
-            for layer in cache:
-                np.compress(keep, layer[first:n], axis=0, out=staging)
-                layer[first:kept] = staging
-        for meta in (v.slot_clock, v.slot_pos, v.slot_salience):
-            staging = v.compact_staging.reshape(-1).view(meta.dtype)[: kept - first]
-            np.compress(keep, meta[first:n], out=staging)
-            meta[first:kept] = staging
+        kept = compact_slots(v, keep, first, n)
         v.slot_active[kept:n] = 0
         v.ring_counters[N_ACTIVE] = kept
         v.ring_counters[EVICTED] = self.evicted + k
