@@ -1,0 +1,94 @@
+"""The Vulkan backend reads the block types a Q4_K_M GGUF mixes (issue 34, item 1): Q5_0,
+Q5_1, Q4_K, Q5_K and Q6_K, re-encoded at upload (engine/backends/vulkan/encodings.py).
+
+First the re-encodings alone, without a device: what the shaders compute from the encoded
+words (a numpy transcription of common.glsl's load_block) equals gguf-py's dequantization
+bit for bit, on ggml's own quantized blocks and on random blocks (every code, negative Q6_K
+scales). Then tiny models whose matrices are of these types, mixed as a Q4_K_M file mixes
+them (a Q4_K q|k fused with a Q6_K v), held to the numpy backend on lavapipe: every decode
+step under the CPU shapes, and tiled prefill then split-row decode under the GPU shapes.
+"""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+from gguf import GGML_QUANT_SIZES
+from gguf import GGMLQuantizationType as QT
+
+from engine.backends.vulkan.encodings import ENCODINGS, K4, K8, SOURCES, encode, encoding_of, \
+    form_of
+
+from .tiny_model import random_k_quant
+
+NEW = [QT.Q5_0, QT.Q5_1, QT.Q4_K, QT.Q5_K, QT.Q6_K]
+
+
+def shader_values(payload: np.ndarray, words: np.ndarray, encoding: int) -> np.ndarray:
+    """(n, 32) f32: common.glsl's load_block then embed.comp's w * d + m, in numpy."""
+    def half(bits):
+        return (bits & 0xFFFF).astype(np.uint16).view(np.float16).astype(np.float32)
+
+    if encoding == 8:
+        return payload.view(np.int8).astype(np.float32) * half(words[:, 0])[:, None]
+    if encoding == K4:
+        codes = np.concatenate([payload & 15, payload >> 4], axis=1).astype(np.float32)
+    else:
+        codes = payload.view(np.int8).astype(np.float32)
+    small = words[:, 1:2].view(np.uint8)[:, :3].view(np.int8).astype(np.float32)  # s0, s1, o
+    scale = np.repeat(small[:, :2], 16, axis=1)
+    d, dmin = half(words[:, 0])[:, None], half(words[:, 0] >> 16)[:, None]
+    return (codes * scale) * d + dmin * small[:, 2:3]
+
+
+def random_blocks(qtype: QT, n: int, rng: np.random.Generator) -> np.ndarray:
+    """n random blocks (every bit pattern of the codes and scales), f16 fields kept finite."""
+    elements, nbytes = GGML_QUANT_SIZES[qtype]
+    if elements == 256:
+        return random_k_quant((n, 256), qtype, rng)
+    blocks = rng.integers(0, 256, (n, nbytes), dtype=np.uint8)
+    for at in (0, 2) if qtype == QT.Q5_1 else (0,):
+        blocks[:, at : at + 2] = rng.uniform(-0.05, 0.05, n).astype(np.float16)[:, None].view(
+            np.uint8)
+    return blocks
+
+
+def ggml_blocks(qtype: QT, rng: np.random.Generator) -> np.ndarray:
+    """ggml's own quantization of normal weights (llama.cpp's quantizer), 8 rows of 512."""
+    from .iq_blocks import quantize  # noqa: PLC0415 - needs the ggml bindings
+
+    data = (0.08 * rng.standard_normal((8, 512))).astype(np.float32)
+    return quantize(data, qtype).reshape(-1, GGML_QUANT_SIZES[qtype][1])
+
+
+@pytest.mark.parametrize("qtype", NEW + [QT.Q4_0, QT.Q4_1, QT.Q8_0], ids=lambda t: t.name)
+@pytest.mark.parametrize("source", ["random", "ggml"])
+def test_reencoding_is_gguf_pys_dequantization_exactly(qtype, source) -> None:
+    rng = np.random.default_rng(int(qtype))
+    if source == "ggml":
+        pytest.importorskip("ggml")
+        blocks = ggml_blocks(qtype, rng)
+    else:
+        blocks = random_blocks(qtype, 64, rng)
+    want = gguf.quants.dequantize(blocks, qtype).reshape(-1, 32)
+    form = form_of(blocks, qtype)
+    # Its own encoding (the old types as the shaders already read them), and K8: the one
+    # every quantized part of a mixed fused matrix is written in.
+    for encoding in {SOURCES[qtype], K8}:
+        if encoding in (2, 3):
+            continue  # stored as their GGUF blocks, not through the form
+        payload, words = encode(form, encoding)
+        assert payload.shape == (len(want), 16 * ENCODINGS[encoding].texels)
+        assert words.shape == (len(want), ENCODINGS[encoding].words)
+        np.testing.assert_array_equal(shader_values(payload, words, encoding), want)
+
+
+def test_mixed_fused_matrices_take_the_wide_encoding() -> None:
+    assert encoding_of([QT.Q4_K, QT.Q4_K]) == K4
+    assert encoding_of([QT.Q5_0, QT.Q8_0]) == 8  # both are Q8_0's encoding
+    assert encoding_of([QT.Q4_K, QT.Q4_K, QT.Q6_K]) == K8  # a Q4_K_M q|k|v
+    assert encoding_of([QT.Q4_K, QT.Q4_0]) == K8
+    assert encoding_of([QT.F16, QT.Q4_K]) is None  # refused: no exact common encoding
+    with pytest.raises(ValueError, match="K4"):
+        encode(form_of(random_blocks(QT.Q5_K, 2, np.random.default_rng(0)), QT.Q5_K), K4)
