@@ -39,13 +39,23 @@ const uint QD = NH * HD;     // query width
 const uint KVD = NKV * HD;   // key (and value) width
 const uint HALF = HD / 2;    // RoPE pairs per head
 
-// Weight encodings: every matrix is stored as 32-element blocks, a block's payload as TPB
-// RGBA32UI texels in WQ and its scale word (half2: d, m) in WS.
+// Weight encodings (engine/backends/vulkan/encodings.py): every matrix is stored as 32-element
+// blocks, a block's payload as TPB RGBA32UI texels in WQ and its SPB scale words in WS. The
+// first five are the GGUF's own blocks (one word: the f16 d, or half2 d, m); K4 and K8 are
+// the exact re-encodings of Q5_1 and the K-quants (Q5_0 is written as Q8_0): codes c with
+// value = d * s * c + dmin * o, s = s0 for elements 0-15 and s1 for 16-31, in two words:
+// half2(d, dmin), then the int8s s0, s1, o in bytes 0-2.
 const uint QT_F32 = 0;
 const uint QT_F16 = 1;
 const uint QT_Q4_0 = 2;
 const uint QT_Q4_1 = 3;
 const uint QT_Q8_0 = 8;
+const uint QT_K4 = 64;  // Q4_K: 4-bit codes in Q4_1's nibble order
+const uint QT_K8 = 65;  // Q5_1, Q5_K, Q6_K, and fused matrices mixing quantized types: int8s
+
+const bool INT8_CODES = QTYPE == QT_Q8_0 || QTYPE == QT_K8;
+const uint TPB = QTYPE == QT_F32 ? 8 : (QTYPE == QT_F16 ? 4 : (INT8_CODES ? 2 : 1));
+const uint SPB = QTYPE == QT_K4 || QTYPE == QT_K8 ? 2 : 1;  // scale words per block
 
 // Matmul epilogues.
 const uint MODE_STORE = 0;   // act[out + t*M + row] = y
@@ -97,18 +107,25 @@ layout(push_constant) uniform Push {
     uint per_t;     // mass: probability rows per query token
 } pc;
 
-// Texels per 32-element block, by encoding.
-uint texels_per_block(uint qt) {
-    return qt == QT_F32 ? 8u : (qt == QT_F16 ? 4u : (qt == QT_Q8_0 ? 2u : 1u));
+// K4/K8's two scale words -> d, the sub-scales s0 and s1, and the additive m = dmin * o.
+void k_scales(uint d_dmin, uint small, out float d, out vec2 s, out float m) {
+    vec2 dd = unpackHalf2x16(d_dmin);
+    ivec3 i = ivec3(uvec3(small) << uvec3(24, 16, 8)) >> 24;  // sign-extended bytes 0-2
+    d = dd.x;
+    s = vec2(i.xy);
+    m = dd.y * float(i.z);
 }
 
-// One block's 32 weights as w[i] * d + m: w holds the raw integer codes (or the exact values
-// for float encodings, with d = 1 and m = 0), so a dot product can apply d and m once per block.
-void load_block(uint first, uint blk, out vec4 w[8], out float d, out float m) {
+// One block's 32 weights as w[i] * d + m: w holds the integer codes (times K4/K8's sub-scale,
+// still an exact integer), or the exact values for float encodings, with d = 1 and m = 0, so
+// a dot product can apply d and m once per block. `first`: its first texel; `word`: its
+// first scale word.
+void load_block(uint first, uint word, out vec4 w[8], out float d, out float m) {
     if (QTYPE == QT_F32) {
         [[unroll]] for (uint i = 0; i < 8; i++) w[i] = uintBitsToFloat(texelFetch(WQ, int(first + i)));
         d = 1.0;
         m = 0.0;
+        return;
     } else if (QTYPE == QT_F16) {
         [[unroll]] for (uint i = 0; i < 4; i++) {
             uvec4 h = texelFetch(WQ, int(first + i));
@@ -117,23 +134,28 @@ void load_block(uint first, uint blk, out vec4 w[8], out float d, out float m) {
         }
         d = 1.0;
         m = 0.0;
-    } else if (QTYPE == QT_Q8_0) {
+        return;
+    } else if (INT8_CODES) {
         [[unroll]] for (uint i = 0; i < 2; i++) {
             uvec4 q = texelFetch(WQ, int(first + i));
             [[unroll]] for (uint c = 0; c < 4; c++) {
                 w[4 * i + c] = vec4(ivec4(uvec4(q[c]) << uvec4(24, 16, 8, 0)) >> 24);  // int8s
             }
         }
-        d = unpackHalf2x16(texelFetch(WS, int(blk)).x).x;
-        m = 0.0;
-    } else {  // Q4_0, Q4_1: byte j holds element j (low nibble) and element j + 16 (high)
+    } else {  // Q4_0, Q4_1, K4: byte j holds element j (low nibble) and element j + 16 (high)
         uvec4 q = texelFetch(WQ, int(first));
         [[unroll]] for (uint c = 0; c < 4; c++) {
             w[c] = vec4((uvec4(q[c]) >> uvec4(0, 8, 16, 24)) & 15u);
             w[c + 4] = vec4((uvec4(q[c]) >> uvec4(4, 12, 20, 28)) & 15u);
         }
-        vec2 dm = unpackHalf2x16(texelFetch(WS, int(blk)).x);
+    }
+    if (SPB == 2) {  // K4, K8: w[0..3] are elements 0-15, w[4..7] 16-31
+        vec2 s;
+        k_scales(texelFetch(WS, int(word)).x, texelFetch(WS, int(word + 1)).x, d, s, m);
+        [[unroll]] for (uint i = 0; i < 8; i++) w[i] *= i < 4 ? s.x : s.y;
+    } else {
+        vec2 dm = unpackHalf2x16(texelFetch(WS, int(word)).x);
         d = dm.x;
-        m = QTYPE == QT_Q4_1 ? dm.y : -8.0 * dm.x;
+        m = QTYPE == QT_Q4_1 ? dm.y : (QTYPE == QT_Q4_0 ? -8.0 * dm.x : 0.0);
     }
 }

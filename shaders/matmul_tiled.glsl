@@ -27,26 +27,28 @@ uint weight_row(uint row0, uint i) {
 }
 
 // Elements [8p, 8p + 8) of block b of weight row wr, in two steps: fetch_w8 loads the words
-// (texels and the block's scale word) and decode_w8 dequantizes them (code * d + m), so that a
+// (texels and the block's scale words) and decode_w8 dequantizes them (code * d + m), so that a
 // shader can keep the loads in flight while it works on the previous block.
 struct RawW8 {
-    uvec4 a, b;  // payload texels (F32: both; Q8_0, F16, Q4_x: a)
-    uint s;      // the block's scale word (half2: d, m)
+    uvec4 a, b;  // payload texels (F32: both; the others: a)
+    uint s, s2;  // the block's scale words (half2: d, m; K4/K8: half2(d, dmin), int8s)
 };
 
 RawW8 fetch_w8(uint wr, uint b, uint p) {
-    uint first = pc.w_texel + (wr * NB + b) * TPB, blk = pc.w_block + wr * NB + b;
+    uint first = pc.w_texel + (wr * NB + b) * TPB, word = pc.w_block + (wr * NB + b) * SPB;
     RawW8 r;
     r.b = uvec4(0u);
     r.s = 0u;
+    r.s2 = 0u;
     if (QTYPE == QT_F32) {
         r.a = texelFetch(WQ, int(first + 2 * p));
         r.b = texelFetch(WQ, int(first + 2 * p + 1));
     } else if (QTYPE == QT_F16) {
         r.a = texelFetch(WQ, int(first + p));
     } else {
-        r.a = texelFetch(WQ, int(first + (QTYPE == QT_Q8_0 ? p / 2 : 0)));
-        r.s = texelFetch(WS, int(blk)).x;
+        r.a = texelFetch(WQ, int(first + (INT8_CODES ? p / 2 : 0)));
+        r.s = texelFetch(WS, int(word)).x;
+        if (SPB == 2) r.s2 = texelFetch(WS, int(word + 1)).x;
     }
     return r;
 }
@@ -64,18 +66,22 @@ void decode_w8(RawW8 r, uint p, out vec4 lo, out vec4 hi) {
     }
     float d, m;
     uint a = (p % 2) * 2;
-    if (QTYPE == QT_Q8_0) {  // texel i holds int8 elements 16i .. 16i + 15
+    if (INT8_CODES) {  // texel i holds int8 elements 16i .. 16i + 15
         lo = vec4(ivec4(uvec4(r.a[a]) << uvec4(24, 16, 8, 0)) >> 24);
         hi = vec4(ivec4(uvec4(r.a[a + 1]) << uvec4(24, 16, 8, 0)) >> 24);
-        d = unpackHalf2x16(r.s).x;
-        m = 0.0;
-    } else {  // Q4_0, Q4_1: byte j holds element j (low nibble) and element j + 16 (high)
+    } else {  // Q4_0, Q4_1, K4: byte j holds element j (low nibble) and element j + 16 (high)
         uvec4 shift = uvec4(0, 8, 16, 24) + (p / 2) * 4;
         lo = vec4((uvec4(r.a[a]) >> shift) & 15u);
         hi = vec4((uvec4(r.a[a + 1]) >> shift) & 15u);
+    }
+    if (SPB == 2) {  // K4, K8: elements 0-15 (p 0, 1) take s0, 16-31 s1
+        vec2 s;
+        k_scales(r.s, r.s2, d, s, m);
+        d *= p < 2 ? s.x : s.y;
+    } else {
         vec2 dm = unpackHalf2x16(r.s);
         d = dm.x;
-        m = QTYPE == QT_Q4_1 ? dm.y : -8.0 * dm.x;
+        m = QTYPE == QT_Q4_1 ? dm.y : (QTYPE == QT_Q4_0 ? -8.0 * dm.x : 0.0);
     }
     lo = lo * d + m;
     hi = hi * d + m;

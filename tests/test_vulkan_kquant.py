@@ -17,10 +17,23 @@ import pytest
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as QT
 
-from engine.backends.vulkan.encodings import ENCODINGS, K4, K8, SOURCES, encode, encoding_of, \
-    form_of
+from engine.backends import problems_running
+from engine.backends.vulkan.encodings import (
+    ENCODINGS,
+    K4,
+    K8,
+    SOURCES,
+    encode,
+    encoding_of,
+    form_of,
+)
+from engine.backends.vulkan.tuning import GPU
 
+from .parity import TOKENS, run_steps
+from .test_vulkan_prefill import assert_same_state, prompt, run_pair
 from .tiny_model import random_k_quant
+
+ATOL = 5e-5  # as tests/test_vulkan_parity.py
 
 NEW = [QT.Q5_0, QT.Q5_1, QT.Q4_K, QT.Q5_K, QT.Q6_K]
 
@@ -92,3 +105,69 @@ def test_mixed_fused_matrices_take_the_wide_encoding() -> None:
     assert encoding_of([QT.F16, QT.Q4_K]) is None  # refused: no exact common encoding
     with pytest.raises(ValueError, match="K4"):
         encode(form_of(random_blocks(QT.Q5_K, 2, np.random.default_rng(0)), QT.Q5_K), K4)
+
+
+# Tiny models (rows of 256: whole K-quant super-blocks); matrix types in file order: token_embd,
+# output, then per layer attn_output, ffn_down, ffn_up, attn_q, attn_k, attn_v, ffn_gate.
+Q4_K_M = (QT.Q4_K, QT.Q6_K) + (QT.Q4_K, QT.Q6_K, QT.Q4_K, QT.Q4_K, QT.Q4_K, QT.Q6_K, QT.Q4_K) * 2
+ALONE = (QT.Q6_K, QT.Q5_1,
+         QT.Q5_0, QT.Q5_1, QT.Q5_K, QT.Q6_K, QT.Q6_K, QT.Q6_K, QT.Q5_K,
+         QT.Q6_K, QT.Q4_K, QT.Q5_0, QT.Q5_1, QT.Q5_1, QT.Q5_1, QT.Q5_0)
+MODELS = {"q4_k_m": Q4_K_M, "alone": ALONE}
+# The encodings each model's matrices take: (embed, output, layer 0's q|k|v, wo, gate|up, down)
+# and layer 1's.
+EXPECTED = {
+    "q4_k_m": (K4, K8, [(K8, K4, K4, K8), (K8, K4, K4, K8)]),
+    "alone": (K8, K8, [(K8, 8, K8, K8), (K8, K8, 8, K4)]),
+}
+
+
+def kquant_model(tmp_path_factory, name: str):
+    from engine.model.model import load_model  # noqa: PLC0415
+
+    from .tiny_model import TinySpec, write_tiny_gguf  # noqa: PLC0415
+
+    pytest.importorskip("ggml")
+    path = tmp_path_factory.mktemp(f"kquant-{name}") / "tiny.gguf"
+    write_tiny_gguf(path, TinySpec(d_model=256, ffn_dim=256, tied=False, seed=7,
+                                   matrix_types=MODELS[name], ggml_k_quants=True))
+    return load_model(path, path.parent / "cache")
+
+
+def assert_encodings(conv, name: str) -> None:
+    w = conv.forward.recorder.w
+    embed, output, layers = EXPECTED[name]
+    assert (w.embed[0].qtype, w.output[0].qtype) == (embed, output)
+    for layer, want in zip(w.layers, layers):
+        assert (layer.qkv.qtype, layer.wo.qtype, layer.gate_up.qtype, layer.down.qtype) == want
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_step_matches_numpy(tmp_path_factory, vk_backend, name) -> None:
+    """CPU shapes: chunked prefill and decode through matmul.comp and embed.comp."""
+    model = kquant_model(tmp_path_factory, name)
+    assert problems_running(model.config.features, "llama")["vulkan"] is None
+    want, ref = run_steps(model, None, TOKENS)
+    got, conv = run_steps(model, vk_backend, TOKENS)
+    assert_encodings(conv, name)
+    np.testing.assert_allclose(got, want, atol=ATOL, rtol=0)
+    a, b, n = ref.arena.views(), conv.arena.views(), len(TOKENS)
+    np.testing.assert_allclose(b.k_cache[:, :n], a.k_cache[:, :n], atol=ATOL, rtol=0)
+    np.testing.assert_allclose(b.v_cache[:, :n], a.v_cache[:, :n], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_gpu_shapes_tiled_prefill_then_decode(tmp_path_factory, backend_with, name) -> None:
+    """GPU shapes: matmul_tiled (lavapipe has no cooperative matrices; matmul_coopmat reads
+    blocks through the same fetch_w8/decode_w8) over odd chunks, then split-row decode."""
+    model = kquant_model(tmp_path_factory, name)
+    vocab = model.config.vocab_size
+    chunks = [prompt(n, 20 + n, vocab) for n in (70, 33)]
+    vk, ref, seen = run_pair(model, backend_with(GPU), chunks)
+    assert {"matmul_tiled", "matmul_coopmat"} & set(seen)
+    n = sum(map(len, chunks))
+    assert_same_state(vk, ref, n)
+    for t in prompt(5, 7, vocab):
+        np.testing.assert_allclose(vk.forward.decode_one_token(t),
+                                   ref.forward.decode_one_token(t), atol=ATOL, rtol=0)
+    assert_same_state(vk, ref, n + 5)

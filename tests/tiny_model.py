@@ -64,6 +64,9 @@ class TinySpec:
     # in place of tensor_type: one model of several types. IQ and K-quant types need rows
     # of whole 256-weight blocks (d_model and ffn_dim multiples of 256).
     matrix_types: tuple[QT, ...] = ()
+    # K-quants quantized by ggml (llama.cpp's quantizer: realistic weights) instead of random
+    # blocks; needs the ggml bindings.
+    ggml_k_quants: bool = False
 
     @property
     def hd(self) -> int:
@@ -255,13 +258,13 @@ def write_tiny_gguf(path: Path, spec: TinySpec = TinySpec(),
         data = (scale * rng.standard_normal(shape)).astype(np.float32)
         qtype = spec.matrix_types[next(turn) % len(spec.matrix_types)] \
             if spec.matrix_types else spec.tensor_type
-        if qtype in K_QUANT_SCALES:
+        if qtype in K_QUANT_SCALES and not spec.ggml_k_quants:
             w.add_tensor(name, random_k_quant(shape, qtype, rng), raw_dtype=qtype)
         elif qtype == QT.F32:
             w.add_tensor(name, data)
         elif qtype == QT.F16:
             w.add_tensor(name, data.astype(np.float16))
-        elif qtype.name.startswith("IQ"):  # gguf-py cannot quantize these; ggml can
+        elif qtype.name.startswith("IQ") or qtype in K_QUANT_SCALES:  # gguf-py cannot; ggml can
             from .iq_blocks import quantize  # noqa: PLC0415 - needs the ggml bindings
 
             w.add_tensor(name, quantize(data, qtype), raw_dtype=qtype)
