@@ -151,6 +151,8 @@ def _fill(ctx: Context, dest: list[DeviceBuffer], write) -> None:
 def _copy_blocks(raw: np.ndarray, t: TensorInfo, wq: np.ndarray, ws: np.ndarray,
                  cp: Copy) -> None:
     elements, block_bytes = GGML_QUANT_SIZES[QT(t.ggml_type)]
+    if elements == 1:  # F32, F16: read in blocks of 32 as the others
+        elements, block_bytes = 32, 32 * block_bytes
     per = elements // 32  # 32-element blocks per GGUF block: 1, or a K-quant's 8
     start = t.offset + cp.first // per * block_bytes
     count = cp.count // per
