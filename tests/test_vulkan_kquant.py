@@ -18,6 +18,7 @@ from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as QT
 
 from engine.backends import problems_running
+from engine.backends.vulkan.chunks import Copy, Planner
 from engine.backends.vulkan.encodings import (
     ENCODINGS,
     K4,
@@ -27,9 +28,12 @@ from engine.backends.vulkan.encodings import (
     encoding_of,
     form_of,
 )
-from engine.backends.vulkan.tuning import GPU
+from engine.backends.vulkan.tuning import CPU, GPU
+from engine.backends.vulkan.weights import _copy_blocks
+from engine.model.model import TensorInfo
 
 from .parity import TOKENS, run_steps
+from .test_vulkan_limits import lower_limits
 from .test_vulkan_prefill import assert_same_state, prompt, run_pair
 from .tiny_model import random_k_quant
 
@@ -171,3 +175,55 @@ def test_gpu_shapes_tiled_prefill_then_decode(tmp_path_factory, backend_with, na
         np.testing.assert_allclose(vk.forward.decode_one_token(t),
                                    ref.forward.decode_one_token(t), atol=ATOL, rtol=0)
     assert_same_state(vk, ref, n + 5)
+
+
+def test_scale_words_bind_the_chunks() -> None:
+    """A K4 block is one texel and two scale words: the words fill a chunk first, and a piece
+    of the embedding holds the rows its words allow."""
+    info = TensorInfo(QT.Q4_K, (256, 1000), 0, 1000 * 144)
+    p = Planner({"token_embd.weight": info}, 4000)
+    pieces = p.matrix("token_embd.weight", pieces=True)
+    assert [m.rows for m in pieces] == [250] * 4  # 16 words a row
+    assert p.chunks == [[2000, 4000]] * 4
+    assert [(c.first, c.count, c.encoding) for c in p.copies] == [
+        (2000 * i, 2000, K4) for i in range(4)]
+
+
+@pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K, QT.Q5_0])
+def test_a_piece_is_its_rows_of_the_whole(qtype) -> None:
+    """_copy_blocks of a piece of rows (a K-quant piece starts mid-tensor, at a super-block)
+    writes what encoding the whole tensor writes for those rows."""
+    rows, cols = 6, 512
+    blocks = random_blocks(qtype, rows * cols // GGML_QUANT_SIZES[qtype][0],
+                           np.random.default_rng(3))
+    raw = blocks.ravel()
+    info = TensorInfo(int(qtype), (cols, rows), 0, raw.size)
+    enc = ENCODINGS[SOURCES[qtype]]
+    nb = cols // 32
+
+    def copy(first: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        wq = np.zeros(count * enc.texels * 4, np.uint32)
+        ws = np.zeros(count * enc.words, np.uint32)
+        _copy_blocks(raw, info, wq, ws, Copy("t", SOURCES[qtype], 0, 0, 0, first, count))
+        return wq, ws
+
+    whole_q, whole_s = copy(0, rows * nb)
+    part_q, part_s = copy(2 * nb, 3 * nb)  # rows 2-4
+    t, w = enc.texels * 4, enc.words
+    np.testing.assert_array_equal(part_q, whole_q[2 * nb * t : 5 * nb * t])
+    np.testing.assert_array_equal(part_s, whole_s[2 * nb * w : 5 * nb * w])
+
+
+def test_split_q4_k_m_model_matches_unsplit(tmp_path_factory, monkeypatch, backend_with) -> None:
+    """Under 8200 texels a view, the Q4_K_M model's matrices (K8 q|k|v: 8192 texels and
+    words; K4 gate|up: 4096 texels, 8192 words) take a chunk or two each: the offsets count
+    scale words, two a block, and the run gives the unsplit logits exactly."""
+    model = kquant_model(tmp_path_factory, "q4_k_m")
+    whole, _ = run_steps(model, backend_with(CPU), TOKENS)
+    backend = backend_with(CPU)
+    lower_limits(monkeypatch, backend, 8200)
+    split, conv = run_steps(model, backend, TOKENS)
+    w = conv.forward.recorder.w
+    assert len(w.wq) > 4
+    assert all(b.size <= 16 * 8200 for b in w.wq) and all(b.size <= 4 * 8200 for b in w.ws)
+    np.testing.assert_array_equal(split, whole)
