@@ -40,22 +40,25 @@ const uint KVD = NKV * HD;   // key (and value) width
 const uint HALF = HD / 2;    // RoPE pairs per head
 
 // Weight encodings (engine/backends/vulkan/encodings.py): every matrix is stored as 32-element
-// blocks, a block's payload as TPB RGBA32UI texels in WQ and its SPB scale words in WS. The
-// first five are the GGUF's own blocks (one word: the f16 d, or half2 d, m); K4 and K8 are
-// the exact re-encodings of Q5_1 and the K-quants (Q5_0 is written as Q8_0): codes c with
-// value = d * s * c + dmin * o, s = s0 for elements 0-15 and s1 for 16-31, in two words:
-// half2(d, dmin), then the int8s s0, s1, o in bytes 0-2.
+// blocks, a block's payload as TPB RGBA32UI texels in WQ and its scales in WS (scale_words).
+// The first five are the GGUF's own blocks (one word a block: the f16 d, or half2 d, m); Q8M,
+// K4 and K8 are the exact re-encodings of Q5_1 and the K-quants (Q5_0 is written as Q8_0):
+// codes c with value = d * s * c + dmin * o, s = s0 for elements 0-15 and s1 for 16-31.
 const uint QT_F32 = 0;
 const uint QT_F16 = 1;
 const uint QT_Q4_0 = 2;
 const uint QT_Q4_1 = 3;
 const uint QT_Q8_0 = 8;
-const uint QT_K4 = 64;  // Q4_K: 4-bit codes in Q4_1's nibble order
-const uint QT_K8 = 65;  // Q5_1, Q5_K, Q6_K, and fused matrices mixing quantized types: int8s
+const uint QT_Q8M = 64;  // Q5_1: int8 codes, one word half2(d, m)
+const uint QT_K4 = 65;   // Q4_K: 4-bit codes in Q4_1's nibble order, super-block words
+const uint QT_K8 = 66;   // Q5_K, Q6_K, fused K-quants of different encodings: int8 codes
 
-const bool INT8_CODES = QTYPE == QT_Q8_0 || QTYPE == QT_K8;
+const bool INT8_CODES = QTYPE == QT_Q8_0 || QTYPE == QT_Q8M || QTYPE == QT_K8;
 const uint TPB = QTYPE == QT_F32 ? 8 : (QTYPE == QT_F16 ? 4 : (INT8_CODES ? 2 : 1));
-const uint SPB = QTYPE == QT_K4 || QTYPE == QT_K8 ? 2 : 1;  // scale words per block
+// K4, K8: SBW words per super-block of 8 blocks (a K-quant's 256 weights, whose d and dmin
+// they share): half2(d, dmin), then K4's (s, o) int8 pairs two a word, K8's (s0, s1, o) one
+// a block. 0: one word a block.
+const uint SBW = QTYPE == QT_K4 ? 5 : (QTYPE == QT_K8 ? 9 : 0);
 
 // Matmul epilogues.
 const uint MODE_STORE = 0;   // act[out + t*M + row] = y
@@ -107,20 +110,39 @@ layout(push_constant) uniform Push {
     uint per_t;     // mass: probability rows per query token
 } pc;
 
-// K4/K8's two scale words -> d, the sub-scales s0 and s1, and the additive m = dmin * o.
-void k_scales(uint d_dmin, uint small, out float d, out vec2 s, out float m) {
-    vec2 dd = unpackHalf2x16(d_dmin);
-    ivec3 i = ivec3(uvec3(small) << uvec3(24, 16, 8)) >> 24;  // sign-extended bytes 0-2
+// The scale words of the matrix's block blk (pc.w_block its first word): (its word, 0), or
+// K4/K8's (half2(d, dmin), the int8s s0, s1, o in bytes 0-2).
+uvec2 scale_words(uint blk) {
+    if (SBW == 0) return uvec2(texelFetch(WS, int(pc.w_block + blk)).x, 0u);
+    uint base = pc.w_block + (blk / 8) * SBW, j = blk % 8;
+    uint head = texelFetch(WS, int(base)).x;
+    if (QTYPE == QT_K8) return uvec2(head, texelFetch(WS, int(base + 1 + j)).x);
+    uint pair = (texelFetch(WS, int(base + 1 + j / 2)).x >> (16 * (j % 2))) & 0xFFFFu;
+    return uvec2(head, (pair & 0xFFu) * 0x101u | ((pair >> 8) << 16));  // (s, s, o)
+}
+
+// K4/K8's scale words -> d, the sub-scales s0 and s1, and the additive m = dmin * o.
+void k_scales(uvec2 words, out float d, out vec2 s, out float m) {
+    vec2 dd = unpackHalf2x16(words.x);
+    ivec3 i = ivec3(uvec3(words.y) << uvec3(24, 16, 8)) >> 24;  // sign-extended bytes 0-2
     d = dd.x;
     s = vec2(i.xy);
     m = dd.y * float(i.z);
 }
 
-// One block's 32 weights as w[i] * d + m: w holds the integer codes (times K4/K8's sub-scale,
-// still an exact integer), or the exact values for float encodings, with d = 1 and m = 0, so
-// a dot product can apply d and m once per block. `first`: its first texel; `word`: its
-// first scale word.
-void load_block(uint first, uint word, out vec4 w[8], out float d, out float m) {
+// The one-word encodings' d and m (F32, F16: unused).
+void plain_scales(uint word, out float d, out float m) {
+    vec2 dm = unpackHalf2x16(word);
+    d = dm.x;
+    m = QTYPE == QT_Q4_1 || QTYPE == QT_Q8M ? dm.y : (QTYPE == QT_Q4_0 ? -8.0 * dm.x : 0.0);
+}
+
+// Block blk of the matrix (pc.w_texel, pc.w_block its first texel and scale word) as
+// w[i] * d + m: w holds the integer codes (times K4/K8's sub-scale, still an exact integer),
+// or the exact values for float encodings, with d = 1 and m = 0, so a dot product can apply
+// d and m once per block.
+void load_block(uint blk, out vec4 w[8], out float d, out float m) {
+    uint first = pc.w_texel + blk * TPB;
     if (QTYPE == QT_F32) {
         [[unroll]] for (uint i = 0; i < 8; i++) w[i] = uintBitsToFloat(texelFetch(WQ, int(first + i)));
         d = 1.0;
@@ -149,13 +171,12 @@ void load_block(uint first, uint word, out vec4 w[8], out float d, out float m) 
             w[c + 4] = vec4((uvec4(q[c]) >> uvec4(4, 12, 20, 28)) & 15u);
         }
     }
-    if (SPB == 2) {  // K4, K8: w[0..3] are elements 0-15, w[4..7] 16-31
+    uvec2 words = scale_words(blk);
+    if (SBW != 0) {  // K4, K8: w[0..3] are elements 0-15, w[4..7] 16-31
         vec2 s;
-        k_scales(texelFetch(WS, int(word)).x, texelFetch(WS, int(word + 1)).x, d, s, m);
+        k_scales(words, d, s, m);
         [[unroll]] for (uint i = 0; i < 8; i++) w[i] *= i < 4 ? s.x : s.y;
     } else {
-        vec2 dm = unpackHalf2x16(texelFetch(WS, int(word)).x);
-        d = dm.x;
-        m = QTYPE == QT_Q4_1 ? dm.y : (QTYPE == QT_Q4_0 ? -8.0 * dm.x : 0.0);
+        plain_scales(words.x, d, m);
     }
 }

@@ -31,15 +31,14 @@ uint weight_row(uint row0, uint i) {
 // shader can keep the loads in flight while it works on the previous block.
 struct RawW8 {
     uvec4 a, b;  // payload texels (F32: both; the others: a)
-    uint s, s2;  // the block's scale words (half2: d, m; K4/K8: half2(d, dmin), int8s)
+    uvec2 s;     // the block's scale words (common.glsl's scale_words)
 };
 
 RawW8 fetch_w8(uint wr, uint b, uint p) {
-    uint first = pc.w_texel + (wr * NB + b) * TPB, word = pc.w_block + (wr * NB + b) * SPB;
+    uint blk = wr * NB + b, first = pc.w_texel + blk * TPB;
     RawW8 r;
     r.b = uvec4(0u);
-    r.s = 0u;
-    r.s2 = 0u;
+    r.s = uvec2(0u);
     if (QTYPE == QT_F32) {
         r.a = texelFetch(WQ, int(first + 2 * p));
         r.b = texelFetch(WQ, int(first + 2 * p + 1));
@@ -47,8 +46,7 @@ RawW8 fetch_w8(uint wr, uint b, uint p) {
         r.a = texelFetch(WQ, int(first + p));
     } else {
         r.a = texelFetch(WQ, int(first + (INT8_CODES ? p / 2 : 0)));
-        r.s = texelFetch(WS, int(word)).x;
-        if (SPB == 2) r.s2 = texelFetch(WS, int(word + 1)).x;
+        r.s = scale_words(blk);
     }
     return r;
 }
@@ -74,14 +72,12 @@ void decode_w8(RawW8 r, uint p, out vec4 lo, out vec4 hi) {
         lo = vec4((uvec4(r.a[a]) >> shift) & 15u);
         hi = vec4((uvec4(r.a[a + 1]) >> shift) & 15u);
     }
-    if (SPB == 2) {  // K4, K8: elements 0-15 (p 0, 1) take s0, 16-31 s1
+    if (SBW != 0) {  // K4, K8: elements 0-15 (p 0, 1) take s0, 16-31 s1
         vec2 s;
-        k_scales(r.s, r.s2, d, s, m);
+        k_scales(r.s, d, s, m);
         d *= p < 2 ? s.x : s.y;
     } else {
-        vec2 dm = unpackHalf2x16(r.s);
-        d = dm.x;
-        m = QTYPE == QT_Q4_1 ? dm.y : (QTYPE == QT_Q4_0 ? -8.0 * dm.x : 0.0);
+        plain_scales(r.s.x, d, m);
     }
     lo = lo * d + m;
     hi = hi * d + m;

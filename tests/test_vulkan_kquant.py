@@ -23,6 +23,7 @@ from engine.backends.vulkan.encodings import (
     ENCODINGS,
     K4,
     K8,
+    Q8M,
     SOURCES,
     encode,
     encoding_of,
@@ -43,20 +44,28 @@ NEW = [QT.Q5_0, QT.Q5_1, QT.Q4_K, QT.Q5_K, QT.Q6_K]
 
 
 def shader_values(payload: np.ndarray, words: np.ndarray, encoding: int) -> np.ndarray:
-    """(n, 32) f32: common.glsl's load_block then embed.comp's w * d + m, in numpy."""
+    """(n, 32) f32: common.glsl's scale_words and load_block, then embed.comp's w * d + m, in
+    numpy."""
     def half(bits):
-        return (bits & 0xFFFF).astype(np.uint16).view(np.float16).astype(np.float32)
+        return (bits & 0xFFFF).astype(np.uint16).view(np.float16).astype(np.float32)[:, None]
 
-    if encoding == 8:
-        return payload.view(np.int8).astype(np.float32) * half(words[:, 0])[:, None]
+    words = words.ravel()
+    if encoding in (8, Q8M):
+        d, m = half(words), half(words >> 16) if encoding == Q8M else 0
+        return payload.view(np.int8).astype(np.float32) * d + m
+    groups = words.reshape(-1, ENCODINGS[encoding].words)
+    head = np.repeat(groups[:, 0], 8)
     if encoding == K4:
         codes = np.concatenate([payload & 15, payload >> 4], axis=1).astype(np.float32)
+        pair = ((groups[:, 1:, None] >> np.array([0, 16], np.uint32)) & 0xFFFF).ravel()
+        small = (pair & 0xFF) * 0x101 | ((pair >> 8) << 16)  # (s, s, o)
     else:
         codes = payload.view(np.int8).astype(np.float32)
-    small = words[:, 1:2].view(np.uint8)[:, :3].view(np.int8).astype(np.float32)  # s0, s1, o
+        small = groups[:, 1:].ravel()
+    small = small.astype(np.uint32)[:, None].view(np.uint8)[:, :3].view(np.int8)  # s0, s1, o
+    small = small.astype(np.float32)
     scale = np.repeat(small[:, :2], 16, axis=1)
-    d, dmin = half(words[:, 0])[:, None], half(words[:, 0] >> 16)[:, None]
-    return (codes * scale) * d + dmin * small[:, 2:3]
+    return (codes * scale) * half(head) + half(head >> 16) * small[:, 2:3]
 
 
 def random_blocks(qtype: QT, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -90,25 +99,32 @@ def test_reencoding_is_gguf_pys_dequantization_exactly(qtype, source) -> None:
         blocks = random_blocks(qtype, 64, rng)
     want = gguf.quants.dequantize(blocks, qtype).reshape(-1, 32)
     form = form_of(blocks, qtype)
-    # Its own encoding (the old types as the shaders already read them), and K8: the one
-    # every quantized part of a mixed fused matrix is written in.
-    for encoding in {SOURCES[qtype], K8}:
+    # Its own encoding (the old types as the shaders already read them), and the one a
+    # fused matrix mixing it with another type of its kind is written in.
+    wide = K8 if GGML_QUANT_SIZES[qtype][0] == 256 else Q8M
+    for encoding in {SOURCES[qtype], wide}:
         if encoding in (2, 3):
             continue  # stored as their GGUF blocks, not through the form
+        enc = ENCODINGS[encoding]
         payload, words = encode(form, encoding)
-        assert payload.shape == (len(want), 16 * ENCODINGS[encoding].texels)
-        assert words.shape == (len(want), ENCODINGS[encoding].words)
+        assert payload.shape == (len(want), 16 * enc.texels)
+        assert words.size == enc.scale_words(len(want))
         np.testing.assert_array_equal(shader_values(payload, words, encoding), want)
 
 
-def test_mixed_fused_matrices_take_the_wide_encoding() -> None:
+def test_mixed_fused_matrices_take_a_wide_encoding() -> None:
     assert encoding_of([QT.Q4_K, QT.Q4_K]) == K4
     assert encoding_of([QT.Q5_0, QT.Q8_0]) == 8  # both are Q8_0's encoding
     assert encoding_of([QT.Q4_K, QT.Q4_K, QT.Q6_K]) == K8  # a Q4_K_M q|k|v
-    assert encoding_of([QT.Q4_K, QT.Q4_0]) == K8
-    assert encoding_of([QT.F16, QT.Q4_K]) is None  # refused: no exact common encoding
+    assert encoding_of([QT.Q4_0, QT.Q8_0]) == 8
+    assert encoding_of([QT.Q4_1, QT.Q8_0]) == Q8M
+    # Refused: no exact common encoding (floats; a per-256 d beside a per-32 one).
+    assert encoding_of([QT.F16, QT.Q4_K]) is None
+    assert encoding_of([QT.Q4_K, QT.Q4_0]) is None
     with pytest.raises(ValueError, match="K4"):
         encode(form_of(random_blocks(QT.Q5_K, 2, np.random.default_rng(0)), QT.Q5_K), K4)
+    with pytest.raises(ValueError, match="Q8_0"):
+        encode(form_of(random_blocks(QT.Q5_1, 2, np.random.default_rng(0)), QT.Q5_1), 8)
 
 
 # Tiny models (rows of 256: whole K-quant super-blocks); matrix types in file order: token_embd,
@@ -122,7 +138,7 @@ MODELS = {"q4_k_m": Q4_K_M, "alone": ALONE}
 # and layer 1's.
 EXPECTED = {
     "q4_k_m": (K4, K8, [(K8, K4, K4, K8), (K8, K4, K4, K8)]),
-    "alone": (K8, K8, [(K8, 8, K8, K8), (K8, K8, 8, K4)]),
+    "alone": (K8, Q8M, [(K8, 8, K8, Q8M), (Q8M, K8, 8, K4)]),
 }
 
 
@@ -177,16 +193,17 @@ def test_gpu_shapes_tiled_prefill_then_decode(tmp_path_factory, backend_with, na
     assert_same_state(vk, ref, n + 5)
 
 
-def test_scale_words_bind_the_chunks() -> None:
-    """A K4 block is one texel and two scale words: the words fill a chunk first, and a piece
-    of the embedding holds the rows its words allow."""
-    info = TensorInfo(QT.Q4_K, (256, 1000), 0, 1000 * 144)
+def test_chunks_count_super_block_words() -> None:
+    """A K8 super-block is 16 texels and 9 scale words: a piece of the embedding holds the rows
+    its texels allow (every encoding has at most a word a texel), and the chunks count the
+    super-blocks' words."""
+    info = TensorInfo(QT.Q6_K, (256, 1000), 0, 1000 * 210)
     p = Planner({"token_embd.weight": info}, 4000)
     pieces = p.matrix("token_embd.weight", pieces=True)
-    assert [m.rows for m in pieces] == [250] * 4  # 16 words a row
-    assert p.chunks == [[2000, 4000]] * 4
+    assert [m.rows for m in pieces] == [250] * 4  # a row: 16 texels, 9 words
+    assert p.chunks == [[4000, 2250]] * 4
     assert [(c.first, c.count, c.encoding) for c in p.copies] == [
-        (2000 * i, 2000, K4) for i in range(4)]
+        (2000 * i, 2000, K8) for i in range(4)]
 
 
 @pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K, QT.Q5_0])
@@ -203,21 +220,21 @@ def test_a_piece_is_its_rows_of_the_whole(qtype) -> None:
 
     def copy(first: int, count: int) -> tuple[np.ndarray, np.ndarray]:
         wq = np.zeros(count * enc.texels * 4, np.uint32)
-        ws = np.zeros(count * enc.words, np.uint32)
+        ws = np.zeros(enc.scale_words(count), np.uint32)
         _copy_blocks(raw, info, wq, ws, Copy("t", SOURCES[qtype], 0, 0, 0, first, count))
         return wq, ws
 
     whole_q, whole_s = copy(0, rows * nb)
     part_q, part_s = copy(2 * nb, 3 * nb)  # rows 2-4
-    t, w = enc.texels * 4, enc.words
+    t, w = enc.texels * 4, enc.scale_words(nb)
     np.testing.assert_array_equal(part_q, whole_q[2 * nb * t : 5 * nb * t])
-    np.testing.assert_array_equal(part_s, whole_s[2 * nb * w : 5 * nb * w])
+    np.testing.assert_array_equal(part_s, whole_s[2 * w : 5 * w])
 
 
 def test_split_q4_k_m_model_matches_unsplit(tmp_path_factory, monkeypatch, backend_with) -> None:
-    """Under 8200 texels a view, the Q4_K_M model's matrices (K8 q|k|v: 8192 texels and
-    words; K4 gate|up: 4096 texels, 8192 words) take a chunk or two each: the offsets count
-    scale words, two a block, and the run gives the unsplit logits exactly."""
+    """Under 8200 texels a view, the Q4_K_M model's matrices (K8 q|k|v: 8192 texels, 4608
+    scale words; K4 gate|up: 4096 texels, 2560 words) take a chunk or two each: the offsets
+    count super-blocks' words, and the run gives the unsplit logits exactly."""
     model = kquant_model(tmp_path_factory, "q4_k_m")
     whole, _ = run_steps(model, backend_with(CPU), TOKENS)
     backend = backend_with(CPU)

@@ -1,11 +1,11 @@
 """The weight encodings the shaders read, and the lossless re-encoding of the GGUF block types
 they do not read as stored (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) into them, at upload time.
 
-Every encoding stores a matrix as 32-element blocks: `texels` RGBA32UI payload texels in WQ
-and `words` R32UI scale words in WS per block (shaders/common.glsl's QT_* codes). F32, F16,
-Q4_0, Q4_1 and Q8_0 are stored as their GGUF blocks (payload bytes as they are, the f16
-scale(s) as the one word). The other types are rewritten block by block through one exact
-form: each 32-element block as int8 codes c with
+Every encoding stores a matrix as 32-element blocks: `texels` RGBA32UI payload texels a block
+in WQ, and `words` R32UI scale words per `group` blocks in WS (shaders/common.glsl's QT_*
+codes and scale_words). F32, F16, Q4_0, Q4_1 and Q8_0 are stored as their GGUF blocks
+(payload bytes as they are, the f16 scale(s) as the one word). The other types are rewritten
+through one exact form: each 32-element block as int8 codes c with
 
     value_i = d * s_h * c_i + dmin * o      (s_h: s0 for elements 0-15, s1 for 16-31)
 
@@ -15,16 +15,19 @@ Q6_K d*sc*(q - 32) with a scale per 16 elements, Q5_0 d*(q - 16), Q5_1 d*q + m. 
 product d * s * c and dmin * o is exact in f32 (11 + 8 + 8 bits), so a shader that reads
 these fields multiplies by exactly gguf-py's numbers. The form is written out as:
 
-- Q8_0's own encoding where it fits (s = 1, o = 0: Q5_0): int8 codes and the f16 d.
-- K4 (Q4_K): 4-bit codes in Q4_1's nibble order, and two words: half2(d, dmin) and the int8s
-  (s0, s1, o).
-- K8 (Q5_1, Q5_K, Q6_K, and fused matrices whose parts mix quantized types, e.g. a Q4_K_M
-  file's Q4_K q|k with its Q6_K v): int8 codes and K4's two words.
+- Q8_0's own encoding where it fits (s = 1, o = 0: Q5_0): int8 codes, the f16 d.
+- Q8M (Q5_1; fused 32-weight types of which one has an offset): int8 codes, half2(d, m).
+- K4 (Q4_K): 4-bit codes in Q4_1's nibble order; per 256-element super-block (8 blocks, where
+  the K-quants keep d and dmin) 5 words: half2(d, dmin), then the int8 pairs (s, o) of its
+  blocks, two a word.
+- K8 (Q5_K, Q6_K; fused K-quants of different encodings, e.g. a Q4_K_M file's Q4_K q|k with
+  its Q6_K v): int8 codes; per super-block 9 words: half2(d, dmin), then one word a block
+  holding the int8s (s0, s1, o).
 
-Costs in bits per weight, against the GGUF's own: Q5_0 8.5 (5.5), Q5_1 10 (6), Q4_K 6 (4.5),
-Q5_K 10 (5.5), Q6_K 10 (6.5625). Decode reads every weight byte once a token, so a native
-super-block layout would be faster; these trade bytes for one simple decode path per kind
-that is exact by construction.
+Costs in bits per weight, against the GGUF's own: Q5_0 8.5 (5.5), Q5_1 9 (6), Q4_K 4.625
+(4.5), Q5_K 9.125 (5.5), Q6_K 9.125 (6.5625). Decode reads every weight byte once a token:
+Q4_K, most of a Q4_K_M file, is within 3% of its own size; the 5- and 6-bit types pay for
+codes in whole bytes, which keeps one decode path per payload kind.
 """
 
 from __future__ import annotations
@@ -39,23 +42,30 @@ from gguf import GGMLQuantizationType as QT
 class Encoding:
     name: str
     texels: int  # RGBA32UI payload texels per 32-element block
-    words: int  # R32UI scale words per block
+    words: int  # R32UI scale words per `group` blocks
+    group: int = 1  # 8: a K-quant's super-block, whose d and dmin its blocks share
+
+    def scale_words(self, blocks: int) -> int:
+        """Scale words of `blocks` blocks (whole groups: rows of a K-quant are)."""
+        return blocks // self.group * self.words
 
 
 # Codes equal shaders/common.glsl's QT_*: ggml's for the types stored as they are.
-K4, K8 = 64, 65
+Q8M, K4, K8 = 64, 65, 66
 ENCODINGS: dict[int, Encoding] = {
     0: Encoding("F32", 8, 1),  # the word is unused (zero): every block has one
     1: Encoding("F16", 4, 1),
     2: Encoding("Q4_0", 1, 1),  # f16 d
     3: Encoding("Q4_1", 1, 1),  # half2(d, m)
     8: Encoding("Q8_0", 2, 1),  # f16 d
-    K4: Encoding("K4", 1, 2),
-    K8: Encoding("K8", 2, 2),
+    Q8M: Encoding("Q8M", 2, 1),  # half2(d, m)
+    K4: Encoding("K4", 1, 5, 8),
+    K8: Encoding("K8", 2, 9, 8),
 }
 # GGUF type -> its encoding when a matrix is of that type alone.
 SOURCES: dict[int, int] = {QT.F32: 0, QT.F16: 1, QT.Q4_0: 2, QT.Q4_1: 3, QT.Q8_0: 8,
-                           QT.Q5_0: 8, QT.Q5_1: K8, QT.Q4_K: K4, QT.Q5_K: K8, QT.Q6_K: K8}
+                           QT.Q5_0: 8, QT.Q5_1: Q8M, QT.Q4_K: K4, QT.Q5_K: K8, QT.Q6_K: K8}
+K_QUANTS = frozenset({QT.Q4_K, QT.Q5_K, QT.Q6_K})
 # Stored as their GGUF blocks: (payload byte range of a block, scale bytes).
 STORED: dict[int, tuple[tuple[int, int], int]] = {
     QT.F32: ((0, 128), 0), QT.F16: ((0, 64), 0), QT.Q4_0: ((2, 18), 2),
@@ -64,11 +74,17 @@ STORED: dict[int, tuple[tuple[int, int], int]] = {
 
 def encoding_of(types: list[int]) -> int | None:
     """The encoding of a matrix whose stacked parts are of these GGUF types: their own where
-    they agree, K8 where they are quantized types of different encodings, else None."""
-    codes = {SOURCES[t] for t in types}
+    they agree; where not, K8 for K-quants, Q8_0 or Q8M for 32-weight types (Q8M where one
+    has an offset); None for floats or a K-quant with a 32-weight type (no common d)."""
+    kinds = set(types)
+    codes = {SOURCES[t] for t in kinds}
     if len(codes) == 1:
         return codes.pop()
-    return K8 if not {QT.F32, QT.F16} & set(types) else None
+    if kinds <= K_QUANTS:
+        return K8
+    if kinds & (K_QUANTS | {QT.F32, QT.F16}):
+        return None
+    return Q8M if kinds & {QT.Q4_1, QT.Q5_1} else 8
 
 
 def stored_as_is(ggml_type: int, encoding: int) -> bool:
@@ -181,22 +197,29 @@ def form_of(blocks: np.ndarray, ggml_type: int) -> Form:
 
 
 def encode(f: Form, encoding: int) -> tuple[np.ndarray, np.ndarray]:
-    """A Form as (n, texels * 16) payload bytes and (n, words) scale words of `encoding`."""
+    """A Form of n blocks as (n, texels * 16) payload bytes and the scale words of
+    `encoding`, (n / group, words)."""
     n = len(f.d)
-    if encoding == 8:  # Q8_0: only a form without sub-scales or offset fits
-        if (f.s != 1).any() or (f.o != 0).any():
-            raise ValueError("blocks with sub-scales or an offset do not fit Q8_0")
-        return f.codes.view(np.uint8), f.d.astype(np.uint32).reshape(n, 1)
-    words = np.empty((n, 2), np.uint32)
-    words[:, 0] = f.d.astype(np.uint32) | (f.dmin.astype(np.uint32) << 16)
+    if encoding in (8, Q8M):
+        plain = (f.s == 1).all() and ((f.o == 0) | ((f.o == 1) & (encoding == Q8M))).all()
+        if not plain:
+            raise ValueError(f"blocks with sub-scales or this offset do not fit "
+                             f"{ENCODINGS[encoding].name}")
+        m = np.where(f.o == 1, f.dmin, 0).astype(np.uint32)  # dmin * 1, or no offset
+        return f.codes.view(np.uint8), (f.d.astype(np.uint32) | (m << 16)).reshape(n, 1)
+    if encoding not in (K4, K8):
+        raise ValueError(f"encoding {encoding} is not a re-encoding")
+    head = (f.d.astype(np.uint32) | (f.dmin.astype(np.uint32) << 16)).reshape(-1, 8)
+    if (head != head[:, :1]).any():
+        raise ValueError("blocks of one super-block differ in d or dmin")
     s = f.s.view(np.uint8).astype(np.uint32)
-    words[:, 1] = s[:, 0] | (s[:, 1] << 8) | (f.o.view(np.uint8).astype(np.uint32) << 16)
-    if encoding == K8:
-        return f.codes.view(np.uint8), words
-    if encoding == K4:
-        q = f.codes.view(np.uint8)
-        if (q > 15).any():
-            raise ValueError("codes past 4 bits do not fit K4")
-        return q[:, :16] | (q[:, 16:] << 4), words
-    raise ValueError(f"encoding {encoding} is not a re-encoding")
-
+    o = f.o.view(np.uint8).astype(np.uint32)
+    if encoding == K8:  # one word a block: s0, s1, o
+        small = (s[:, 0] | (s[:, 1] << 8) | (o << 16)).reshape(-1, 8)
+        return f.codes.view(np.uint8), np.concatenate([head[:, :1], small], axis=1)
+    q = f.codes.view(np.uint8)
+    if (q > 15).any() or (s[:, 0] != s[:, 1]).any():
+        raise ValueError("codes past 4 bits or two sub-scales do not fit K4")
+    pair = (s[:, 0] | (o << 8)).reshape(-1, 4, 2)  # (s, o) of blocks 2i, 2i + 1 in word i
+    words = np.concatenate([head[:, :1], pair[:, :, 0] | (pair[:, :, 1] << 16)], axis=1)
+    return q[:, :16] | (q[:, 16:] << 4), words

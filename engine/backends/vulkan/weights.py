@@ -27,7 +27,7 @@ from .context import Context
 from .encodings import ENCODINGS, STORED, encode, form_of, stored_as_is
 from .upload import copy_buffers
 
-RECODE_BLOCKS = 1 << 18  # 32-element blocks re-encoded at a time (encodings.py)
+RECODE_BLOCKS = 1 << 18  # 32-element blocks re-encoded at a time (a multiple of 8)
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,7 @@ def _copy_blocks(raw: np.ndarray, t: TensorInfo, wq: np.ndarray, ws: np.ndarray,
     enc = ENCODINGS[cp.encoding]
     payload = wq[cp.texel * 4 : (cp.texel + cp.count * enc.texels) * 4].view(np.uint8)
     payload = payload.reshape(cp.count, enc.texels * 16)
-    scales = ws[cp.block : cp.block + cp.count * enc.words].reshape(cp.count, enc.words)
+    scales = ws[cp.block : cp.block + enc.scale_words(cp.count)].reshape(-1, enc.words)
     if stored_as_is(t.ggml_type, cp.encoding):
         (lo, hi), scale_bytes = STORED[t.ggml_type]
         payload[:] = blocks[:, lo:hi]
@@ -182,4 +182,5 @@ def _copy_blocks(raw: np.ndarray, t: TensorInfo, wq: np.ndarray, ws: np.ndarray,
     for at in range(0, count, step):
         part = blocks[at : at + step]
         rows = slice(at * per, (at + len(part)) * per)
-        payload[rows], scales[rows] = encode(form_of(part, t.ggml_type), cp.encoding)
+        groups = slice(rows.start // enc.group, rows.stop // enc.group)
+        payload[rows], scales[groups] = encode(form_of(part, t.ggml_type), cp.encoding)
