@@ -125,18 +125,22 @@ def _k_scales(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return sc, mn
 
 
+def _minus(q: np.ndarray, zero: int) -> np.ndarray:
+    """Unsigned codes q < 2 * zero as the int8s q - zero (uint8 arithmetic wraps to them)."""
+    return (q - np.uint8(zero)).view(np.int8)
+
+
 def _form(codes, d, dmin, s, o, per: int) -> Form:
     """Form of n super-blocks of `per` 32-element blocks: fields per super-block repeated."""
     n = len(d) * per
     ones = np.ones((n, 2), np.int8)
-    return Form(codes.astype(np.int8).reshape(n, 32), np.repeat(d, per),
+    return Form(codes.astype(np.int8, copy=False).reshape(n, 32), np.repeat(d, per),
                 np.repeat(dmin, per), ones if s is None else s.astype(np.int8).reshape(n, 2),
                 np.zeros(n, np.int8) if o is None else o.astype(np.int8).reshape(n))
 
 
 def _q4_0(b):
-    return _form(_nibbles(b[:, 2:18]).astype(np.int16) - 8, _f16(b, 0), _f16(b, 0) * 0,
-                 None, None, 1)
+    return _form(_minus(_nibbles(b[:, 2:18]), 8), _f16(b, 0), _f16(b, 0) * 0, None, None, 1)
 
 
 def _q4_1(b):
@@ -149,7 +153,7 @@ def _q8_0(b):
 
 def _q5_0(b):
     q = _nibbles(b[:, 6:22]) | _high_bits(b[:, 2:6])
-    return _form(q.astype(np.int16) - 16, _f16(b, 0), _f16(b, 0) * 0, None, None, 1)
+    return _form(_minus(q, 16), _f16(b, 0), _f16(b, 0) * 0, None, None, 1)
 
 
 def _q5_1(b):
@@ -183,7 +187,7 @@ def _q6_k(b):
     ql = (ql & 15).reshape(-1, 8, 32)
     qh = b[:, 128:192].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)
     qh = (qh & 3).reshape(-1, 8, 32)
-    q = (ql | (qh << 4)).astype(np.int16) - 32
+    q = _minus(ql | (qh << 4), 32)
     return _form(q, _f16(b, 208), _f16(b, 208) * 0, b[:, 192:208].view(np.int8), None, 8)
 
 
