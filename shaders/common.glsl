@@ -51,7 +51,7 @@ const uint QT_Q4_1 = 3;
 const uint QT_Q8_0 = 8;
 const uint QT_Q8M = 64;  // Q5_1: int8 codes, one word half2(d, m)
 const uint QT_K4 = 65;   // Q4_K: 4-bit codes in Q4_1's nibble order, super-block words
-const uint QT_K8 = 66;   // Q5_K, Q6_K, fused K-quants of different encodings: int8 codes
+const uint QT_K8 = 66;   // Q3_K, Q5_K, Q6_K, fused K-quants of different encodings: int8s
 
 const bool INT8_CODES = QTYPE == QT_Q8_0 || QTYPE == QT_Q8M || QTYPE == QT_K8;
 const uint TPB = QTYPE == QT_F32 ? 8 : (QTYPE == QT_F16 ? 4 : (INT8_CODES ? 2 : 1));

@@ -176,7 +176,7 @@ def test_the_catalog_lists_an_iq_file_as_supported(iq_path) -> None:
 
 def test_vulkan_refuses_types_its_shaders_lack_and_auto_takes_a_cpu(iq_model, tmp_path) -> None:
     """Before, `auto` kept Vulkan for any llama model and its upload then failed on a tensor
-    type its shaders lack (BF16, IQ, Q2_K/Q3_K); now the refusal comes first and the model
+    type its shaders lack (BF16, IQ, Q2_K); now the refusal comes first and the model
     runs on a CPU. A Q4_K model stays on the GPU (tests/test_vulkan_kquant.py)."""
     class GpuBackendStandIn:  # what fit_to_model reads: the name and declared features
         name = "vulkan"

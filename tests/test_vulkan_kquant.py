@@ -40,7 +40,7 @@ from .tiny_model import random_k_quant
 
 ATOL = 5e-5  # as tests/test_vulkan_parity.py
 
-NEW = [QT.Q5_0, QT.Q5_1, QT.Q4_K, QT.Q5_K, QT.Q6_K]
+NEW = [QT.Q5_0, QT.Q5_1, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K]
 
 
 def shader_values(payload: np.ndarray, words: np.ndarray, encoding: int) -> np.ndarray:
@@ -132,7 +132,7 @@ def test_mixed_fused_matrices_take_a_wide_encoding() -> None:
 Q4_K_M = (QT.Q4_K, QT.Q6_K) + (QT.Q4_K, QT.Q6_K, QT.Q4_K, QT.Q4_K, QT.Q4_K, QT.Q6_K, QT.Q4_K) * 2
 ALONE = (QT.Q6_K, QT.Q5_1,
          QT.Q5_0, QT.Q5_1, QT.Q5_K, QT.Q6_K, QT.Q6_K, QT.Q6_K, QT.Q5_K,
-         QT.Q6_K, QT.Q4_K, QT.Q5_0, QT.Q5_1, QT.Q5_1, QT.Q5_1, QT.Q5_0)
+         QT.Q3_K, QT.Q4_K, QT.Q5_0, QT.Q5_1, QT.Q5_1, QT.Q5_1, QT.Q5_0)
 MODELS = {"q4_k_m": Q4_K_M, "alone": ALONE}
 # The encodings each model's matrices take: (embed, output, layer 0's q|k|v, wo, gate|up, down)
 # and layer 1's.

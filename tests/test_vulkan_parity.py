@@ -122,8 +122,8 @@ def test_unreadable_tensor_type_is_a_clear_error(tmp_path_factory, vk_backend) -
     with pytest.raises(UnsupportedModelForVulkanError) as exc:
         Conversation(model, POLICY, backend=vk_backend)
     assert str(exc.value) == ("the Vulkan backend does not read BF16 weights (it reads F32, "
-                              "F16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K); use "
-                              "--backend ggml")
+                              "F16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K); "
+                              "use --backend ggml")
     unrecorded = replace(model, config=replace(model.config, tensor_types=()))
     with pytest.raises(UnsupportedTensorTypeForVulkanError, match="BF16"):
         Conversation(unrecorded, POLICY, backend=vk_backend)

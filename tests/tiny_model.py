@@ -76,7 +76,7 @@ class TinySpec:
 # K-quant super-blocks (256 weights) that gguf-py can dequantize but not produce: random bytes,
 # with the f16 scale fields (byte offsets in the block) set to sane values.
 K_QUANT_SCALES = {QT.Q4_K: ((0, 0.002), (2, 0.001)), QT.Q6_K: ((208, 0.0005),),
-                  QT.Q5_K: ((0, 0.002), (2, 0.001))}
+                  QT.Q5_K: ((0, 0.002), (2, 0.001)), QT.Q3_K: ((108, 0.001),)}
 
 
 def random_k_quant(shape: tuple[int, int], qtype: QT, rng: np.random.Generator) -> np.ndarray:

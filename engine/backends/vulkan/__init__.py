@@ -37,7 +37,7 @@ from .loader import DeviceInfo, UnsupportedTensorTypeForVulkanError, VulkanUnava
 
 # The tensor types the shaders read, as stored or re-encoded at upload (encodings.py's
 # SOURCES; shaders/common.glsl's QT_*). Declared as features, so that a model with any other
-# type (Q2_K, Q3_K, BF16, IQ) is refused by backend_problem before its weights are uploaded,
+# type (Q2_K, BF16, IQ) is refused by backend_problem before its weights are uploaded,
 # and `auto` runs it on a CPU.
 READ_TYPES: frozenset[_QT] = frozenset(_QT(t) for t in SOURCES)
 # Beyond the llama layout the shaders implement these architecture FEATURES (architecture.py),

@@ -1,5 +1,5 @@
 """The weight encodings the shaders read, and the lossless re-encoding of the GGUF block types
-they do not read as stored (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) into them, at upload time.
+they do not read as stored (Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K) into them, at upload time.
 
 Every encoding stores a matrix as 32-element blocks: `texels` RGBA32UI payload texels a block
 in WQ, and `words` R32UI scale words per `group` blocks in WS (shaders/common.glsl's QT_*
@@ -11,7 +11,8 @@ through one exact form: each 32-element block as int8 codes c with
 
 d and dmin f16 and s0, s1, o small integers, which is what each type's dequantizer computes
 (gguf-py's, the numpy backend's reference, and ggml's): Q4_K/Q5_K d*sc*q - dmin*m (o = -m),
-Q6_K d*sc*(q - 32) with a scale per 16 elements, Q5_0 d*(q - 16), Q5_1 d*q + m. Each
+Q6_K d*sc*(q - 32) and Q3_K d*(sc - 32)*q with a scale per 16 elements, Q5_0 d*(q - 16),
+Q5_1 d*q + m. Each
 product d * s * c and dmin * o is exact in f32 (11 + 8 + 8 bits), so a shader that reads
 these fields multiplies by exactly gguf-py's numbers. The form is written out as:
 
@@ -20,14 +21,16 @@ these fields multiplies by exactly gguf-py's numbers. The form is written out as
 - K4 (Q4_K): 4-bit codes in Q4_1's nibble order; per 256-element super-block (8 blocks, where
   the K-quants keep d and dmin) 5 words: half2(d, dmin), then the int8 pairs (s, o) of its
   blocks, two a word.
-- K8 (Q5_K, Q6_K; fused K-quants of different encodings, e.g. a Q4_K_M file's Q4_K q|k with
+- K8 (Q3_K, Q5_K, Q6_K; fused K-quants of different encodings, e.g. a Q4_K_M file's Q4_K q|k with
   its Q6_K v): int8 codes; per super-block 9 words: half2(d, dmin), then one word a block
   holding the int8s (s0, s1, o).
 
 Costs in bits per weight, against the GGUF's own: Q5_0 8.5 (5.5), Q5_1 9 (6), Q4_K 4.625
-(4.5), Q5_K 9.125 (5.5), Q6_K 9.125 (6.5625). Decode reads every weight byte once a token:
-Q4_K, most of a Q4_K_M file, is within 3% of its own size; the 5- and 6-bit types pay for
-codes in whole bytes, which keeps one decode path per payload kind.
+(4.5), Q5_K 9.125 (5.5), Q6_K 9.125 (6.5625), Q3_K 9.125 (3.4375). Q2_K is not read: its
+16-element sub-blocks each have their own min, which this form (one o a block) lacks. Decode
+reads every weight byte once a token: Q4_K, most of a Q4_K_M file, is within 3% of its own
+size; the 3-, 5- and 6-bit types pay for codes in whole bytes, which keeps one decode path per
+payload kind.
 """
 
 from __future__ import annotations
@@ -64,8 +67,9 @@ ENCODINGS: dict[int, Encoding] = {
 }
 # GGUF type -> its encoding when a matrix is of that type alone.
 SOURCES: dict[int, int] = {QT.F32: 0, QT.F16: 1, QT.Q4_0: 2, QT.Q4_1: 3, QT.Q8_0: 8,
-                           QT.Q5_0: 8, QT.Q5_1: Q8M, QT.Q4_K: K4, QT.Q5_K: K8, QT.Q6_K: K8}
-K_QUANTS = frozenset({QT.Q4_K, QT.Q5_K, QT.Q6_K})
+                           QT.Q5_0: 8, QT.Q5_1: Q8M, QT.Q3_K: K8, QT.Q4_K: K4, QT.Q5_K: K8,
+                           QT.Q6_K: K8}
+K_QUANTS = frozenset({QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K})
 # Stored as their GGUF blocks: (payload byte range of a block, scale bytes).
 STORED: dict[int, tuple[tuple[int, int], int]] = {
     QT.F32: ((0, 128), 0), QT.F16: ((0, 64), 0), QT.Q4_0: ((2, 18), 2),
@@ -191,8 +195,20 @@ def _q6_k(b):
     return _form(q, _f16(b, 208), _f16(b, 208) * 0, b[:, 192:208].view(np.int8), None, 8)
 
 
+def _q3_k(b):
+    # As gguf-py's Q3_K.dequantize_blocks: d * (sc - 32) * q, q = 2 low bits - 4 where the
+    # hmask bit is clear, a 6-bit scale per 16 elements.
+    lo = b[:, 96:104].reshape(-1, 1, 8) >> np.array([0, 4], np.uint8).reshape(1, 2, 1)
+    hi = b[:, 104:108].reshape(-1, 1, 4) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 4, 1)
+    sc = _minus((lo.reshape(-1, 16) & 15) | ((hi.reshape(-1, 16) & 3) << 4), 32)
+    ql = b[:, 32:96].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)
+    qh = b[:, 0:32].reshape(-1, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)
+    q = (ql.reshape(-1, 8, 32) & 3).view(np.int8) - (((qh & 1) ^ 1) << 2).view(np.int8)
+    return _form(q, _f16(b, 108), _f16(b, 108) * 0, sc, None, 8)
+
+
 FORMS = {QT.Q4_0: _q4_0, QT.Q4_1: _q4_1, QT.Q8_0: _q8_0, QT.Q5_0: _q5_0, QT.Q5_1: _q5_1,
-         QT.Q4_K: _q4_k, QT.Q5_K: _q5_k, QT.Q6_K: _q6_k}
+         QT.Q3_K: _q3_k, QT.Q4_K: _q4_k, QT.Q5_K: _q5_k, QT.Q6_K: _q6_k}
 
 
 def form_of(blocks: np.ndarray, ggml_type: int) -> Form:
