@@ -64,9 +64,9 @@ class TinySpec:
     # in place of tensor_type: one model of several types. IQ and K-quant types need rows
     # of whole 256-weight blocks (d_model and ffn_dim multiples of 256).
     matrix_types: tuple[QT, ...] = ()
-    # K-quants quantized by ggml (llama.cpp's quantizer: realistic weights) instead of random
-    # blocks; needs the ggml bindings.
-    ggml_k_quants: bool = False
+    # The random K-quant blocks' f16 fields, per type, in place of K_QUANT_SCALES': (type,
+    # ((byte offset, value), ...)) pairs.
+    k_quant_scales: tuple = ()
 
     @property
     def hd(self) -> int:
@@ -79,11 +79,12 @@ K_QUANT_SCALES = {QT.Q4_K: ((0, 0.002), (2, 0.001)), QT.Q6_K: ((208, 0.0005),),
                   QT.Q5_K: ((0, 0.002), (2, 0.001)), QT.Q3_K: ((108, 0.001),)}
 
 
-def random_k_quant(shape: tuple[int, int], qtype: QT, rng: np.random.Generator) -> np.ndarray:
+def random_k_quant(shape: tuple[int, int], qtype: QT, rng: np.random.Generator,
+                   scales: dict | None = None) -> np.ndarray:
     block_elems, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
     rows, cols = shape
     blocks = rng.integers(0, 256, size=(rows * cols // block_elems, block_bytes), dtype=np.uint8)
-    for offset, value in K_QUANT_SCALES[qtype]:
+    for offset, value in (scales or K_QUANT_SCALES)[qtype]:
         blocks[:, offset : offset + 2] = np.frombuffer(np.float16(value).tobytes(), np.uint8)
     return blocks.reshape(rows, cols // block_elems * block_bytes)
 
@@ -258,13 +259,14 @@ def write_tiny_gguf(path: Path, spec: TinySpec = TinySpec(),
         data = (scale * rng.standard_normal(shape)).astype(np.float32)
         qtype = spec.matrix_types[next(turn) % len(spec.matrix_types)] \
             if spec.matrix_types else spec.tensor_type
-        if qtype in K_QUANT_SCALES and not spec.ggml_k_quants:
-            w.add_tensor(name, random_k_quant(shape, qtype, rng), raw_dtype=qtype)
+        if qtype in K_QUANT_SCALES:
+            w.add_tensor(name, random_k_quant(shape, qtype, rng,
+                                              dict(spec.k_quant_scales) or None), raw_dtype=qtype)
         elif qtype == QT.F32:
             w.add_tensor(name, data)
         elif qtype == QT.F16:
             w.add_tensor(name, data.astype(np.float16))
-        elif qtype.name.startswith("IQ") or qtype in K_QUANT_SCALES:  # gguf-py cannot; ggml can
+        elif qtype.name.startswith("IQ"):  # gguf-py cannot quantize these; ggml can
             from .iq_blocks import quantize  # noqa: PLC0415 - needs the ggml bindings
 
             w.add_tensor(name, quantize(data, qtype), raw_dtype=qtype)
