@@ -110,6 +110,11 @@ def _f16(blocks: np.ndarray, at: int) -> np.ndarray:
     return blocks[:, at : at + 2].copy().view("<u2").ravel()
 
 
+def _none(blocks: np.ndarray) -> np.ndarray:
+    """No dmin: zero f16 bits for each block."""
+    return np.zeros(len(blocks), np.uint16)
+
+
 def _nibbles(qs: np.ndarray) -> np.ndarray:
     """(n, 16) bytes of a 32-element block (element j low, j + 16 high) -> (n, 32) codes."""
     return np.concatenate([qs & 15, qs >> 4], axis=1)
@@ -144,7 +149,7 @@ def _form(codes, d, dmin, s, o, per: int) -> Form:
 
 
 def _q4_0(b):
-    return _form(_minus(_nibbles(b[:, 2:18]), 8), _f16(b, 0), _f16(b, 0) * 0, None, None, 1)
+    return _form(_minus(_nibbles(b[:, 2:18]), 8), _f16(b, 0), _none(b), None, None, 1)
 
 
 def _q4_1(b):
@@ -152,12 +157,12 @@ def _q4_1(b):
 
 
 def _q8_0(b):
-    return _form(b[:, 2:34].view(np.int8), _f16(b, 0), _f16(b, 0) * 0, None, None, 1)
+    return _form(b[:, 2:34].view(np.int8), _f16(b, 0), _none(b), None, None, 1)
 
 
 def _q5_0(b):
     q = _nibbles(b[:, 6:22]) | _high_bits(b[:, 2:6])
-    return _form(_minus(q, 16), _f16(b, 0), _f16(b, 0) * 0, None, None, 1)
+    return _form(_minus(q, 16), _f16(b, 0), _none(b), None, None, 1)
 
 
 def _q5_1(b):
@@ -192,7 +197,7 @@ def _q6_k(b):
     qh = b[:, 128:192].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)
     qh = (qh & 3).reshape(-1, 8, 32)
     q = _minus(ql | (qh << 4), 32)
-    return _form(q, _f16(b, 208), _f16(b, 208) * 0, b[:, 192:208].view(np.int8), None, 8)
+    return _form(q, _f16(b, 208), _none(b), b[:, 192:208].view(np.int8), None, 8)
 
 
 def _q3_k(b):
@@ -204,7 +209,7 @@ def _q3_k(b):
     ql = b[:, 32:96].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)
     qh = b[:, 0:32].reshape(-1, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)
     q = (ql.reshape(-1, 8, 32) & 3).view(np.int8) - (((qh & 1) ^ 1) << 2).view(np.int8)
-    return _form(q, _f16(b, 108), _f16(b, 108) * 0, sc, None, 8)
+    return _form(q, _f16(b, 108), _none(b), sc, None, 8)
 
 
 FORMS = {QT.Q4_0: _q4_0, QT.Q4_1: _q4_1, QT.Q8_0: _q8_0, QT.Q5_0: _q5_0, QT.Q5_1: _q5_1,
