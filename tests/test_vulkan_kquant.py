@@ -25,6 +25,8 @@ from engine.backends.vulkan.chunks import Copy, Planner
 from engine.backends.vulkan.encodings import (
     ENCODINGS,
     K4,
+    K5,
+    K6,
     K8,
     Q8M,
     SOURCES,
@@ -47,24 +49,34 @@ NEW = [QT.Q5_0, QT.Q5_1, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K]
 
 
 def shader_values(payload: np.ndarray, words: np.ndarray, encoding: int) -> np.ndarray:
-    """(n, 32) f32: common.glsl's scale_words and load_block, then embed.comp's w * d + m, in
-    numpy."""
+    """(n, 32) f32: common.glsl's block_texel, high_words, scale_words and load_block, then
+    embed.comp's w * d + m, in numpy."""
     def half(bits):
         return (bits & 0xFFFF).astype(np.uint16).view(np.float16).astype(np.float32)[:, None]
 
-    words = words.ravel()
+    words, payload = words.ravel(), payload.reshape(-1)
     if encoding in (8, Q8M):
         d, m = half(words), half(words >> 16) if encoding == Q8M else 0
-        return payload.view(np.int8).astype(np.float32) * d + m
-    groups = words.reshape(-1, ENCODINGS[encoding].words)
+        return payload.reshape(-1, 32).view(np.int8).astype(np.float32) * d + m
+    enc = ENCODINGS[encoding]
+    groups = words.reshape(-1, enc.words)
     head = np.repeat(groups[:, 0], 8)
-    if encoding == K4:
-        codes = np.concatenate([payload & 15, payload >> 4], axis=1).astype(np.float32)
-        pair = ((groups[:, 1:, None] >> np.array([0, 16], np.uint32)) & 0xFFFF).ravel()
-        small = (pair & 0xFF) * 0x101 | ((pair >> 8) << 16)  # (s, s, o)
-    else:
-        codes = payload.view(np.int8).astype(np.float32)
+    sb = payload.reshape(-1, enc.texels * 16)  # a super-block's payload
+    if encoding == K8:
+        codes = sb.reshape(-1, 32).view(np.int8).astype(np.float32)
         small = groups[:, 1:].ravel()
+    else:
+        nibbles = sb[:, :128].reshape(-1, 16)
+        codes = np.concatenate([nibbles & 15, nibbles >> 4], axis=1).astype(np.float32)
+        if encoding == K5:
+            bits = np.unpackbits(sb[:, 128:].reshape(-1, 4), axis=1, bitorder="little")
+            codes += 16 * bits
+        if encoding == K6:
+            halves = sb[:, 128:].reshape(-1, 8).copy().view(np.uint32)  # (n, 2)
+            top = (halves[:, :, None] >> (2 * np.arange(16, dtype=np.uint32))) & 3
+            codes += 16 * top.reshape(-1, 32).astype(np.float32) - 32
+        pair = ((groups[:, 1:, None] >> np.array([0, 16], np.uint32)) & 0xFFFF).ravel()
+        small = pair if encoding == K6 else (pair & 0xFF) * 0x101 | ((pair >> 8) << 16)
     small = small.astype(np.uint32)[:, None].view(np.uint8)[:, :3].view(np.int8)  # s0, s1, o
     small = small.astype(np.float32)
     scale = np.repeat(small[:, :2], 16, axis=1)
@@ -110,8 +122,8 @@ def test_reencoding_is_gguf_pys_dequantization_exactly(qtype, source) -> None:
             continue  # stored as their GGUF blocks, not through the form
         enc = ENCODINGS[encoding]
         payload, words = encode(form, encoding)
-        assert payload.shape == (len(want), 16 * enc.texels)
-        assert words.size == enc.scale_words(len(want))
+        assert payload.shape == (len(want) // enc.group, 16 * enc.texels)
+        assert words.shape == (len(want) // enc.group, enc.words)
         np.testing.assert_array_equal(shader_values(payload, words, encoding), want)
 
 
@@ -126,6 +138,8 @@ def test_mixed_fused_matrices_take_a_wide_encoding() -> None:
     assert encoding_of([QT.Q4_K, QT.Q4_0]) is None
     with pytest.raises(ValueError, match="K4"):
         encode(form_of(random_blocks(QT.Q5_K, 2, np.random.default_rng(0)), QT.Q5_K), K4)
+    with pytest.raises(ValueError, match="K6"):  # Q4_K's offsets
+        encode(form_of(random_blocks(QT.Q4_K, 2, np.random.default_rng(0)), QT.Q4_K), K6)
     with pytest.raises(ValueError, match="Q8_0"):
         encode(form_of(random_blocks(QT.Q5_1, 2, np.random.default_rng(0)), QT.Q5_1), 8)
 
@@ -140,8 +154,8 @@ MODELS = {"q4_k_m": Q4_K_M, "alone": ALONE}
 # The encodings each model's matrices take: (embed, output, layer 0's q|k|v, wo, gate|up, down)
 # and layer 1's.
 EXPECTED = {
-    "q4_k_m": (K4, K8, [(K8, K4, K4, K8), (K8, K4, K4, K8)]),
-    "alone": (K8, Q8M, [(K8, 8, K8, Q8M), (Q8M, K8, 8, K4)]),
+    "q4_k_m": (K4, K6, [(K8, K4, K4, K6), (K8, K4, K4, K6)]),
+    "alone": (K6, Q8M, [(K6, 8, K5, Q8M), (Q8M, K8, 8, K4)]),
 }
 
 
@@ -199,20 +213,20 @@ def test_gpu_shapes_tiled_prefill_then_decode(tmp_path_factory, backend_with, na
     assert_same_state(vk, ref, n + 5)
 
 
-def test_chunks_count_super_block_words() -> None:
-    """A K8 super-block is 16 texels and 9 scale words: a piece of the embedding holds the rows
-    its texels allow (every encoding has at most a word a texel), and the chunks count the
-    super-blocks' words."""
+def test_chunks_count_super_block_texels_and_words() -> None:
+    """A K6 super-block (a row of 256) is 12 texels and 5 scale words: a piece of the embedding
+    holds the rows its texels allow (no encoding has more words than texels), and the chunks
+    and copies count whole super-blocks."""
     info = TensorInfo(QT.Q6_K, (256, 1000), 0, 1000 * 210)
     p = Planner({"token_embd.weight": info}, 4000)
     pieces = p.matrix("token_embd.weight", pieces=True)
-    assert [m.rows for m in pieces] == [250] * 4  # a row: 16 texels, 9 words
-    assert p.chunks == [[4000, 2250]] * 4
+    assert [m.rows for m in pieces] == [333, 333, 333, 1]
+    assert p.chunks == [[3996, 1665]] * 3 + [[12, 5]]
     assert [(c.first, c.count, c.encoding) for c in p.copies] == [
-        (2000 * i, 2000, K8) for i in range(4)]
+        (2664 * i, 2664, K6) for i in range(3)] + [(7992, 8, K6)]
 
 
-@pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q6_K, QT.Q5_0])
+@pytest.mark.parametrize("qtype", [QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.Q3_K, QT.Q5_0])
 def test_a_piece_is_its_rows_of_the_whole(qtype) -> None:
     """_copy_blocks of a piece of rows (a K-quant piece starts mid-tensor, at a super-block)
     writes what encoding the whole tensor writes for those rows."""
@@ -225,22 +239,22 @@ def test_a_piece_is_its_rows_of_the_whole(qtype) -> None:
     nb = cols // 32
 
     def copy(first: int, count: int) -> tuple[np.ndarray, np.ndarray]:
-        wq = np.zeros(count * enc.texels * 4, np.uint32)
+        wq = np.zeros(enc.payload_texels(count) * 4, np.uint32)
         ws = np.zeros(enc.scale_words(count), np.uint32)
         _copy_blocks(raw, info, wq, ws, Copy("t", SOURCES[qtype], 0, 0, 0, first, count))
         return wq, ws
 
     whole_q, whole_s = copy(0, rows * nb)
     part_q, part_s = copy(2 * nb, 3 * nb)  # rows 2-4
-    t, w = enc.texels * 4, enc.scale_words(nb)
-    np.testing.assert_array_equal(part_q, whole_q[2 * nb * t : 5 * nb * t])
+    t, w = enc.payload_texels(nb) * 4, enc.scale_words(nb)
+    np.testing.assert_array_equal(part_q, whole_q[2 * t : 5 * t])
     np.testing.assert_array_equal(part_s, whole_s[2 * w : 5 * w])
 
 
 def test_split_q4_k_m_model_matches_unsplit(tmp_path_factory, monkeypatch, backend_with) -> None:
     """Under 8200 texels a view, the Q4_K_M model's matrices (K8 q|k|v: 8192 texels, 4608
-    scale words; K4 gate|up: 4096 texels, 2560 words) take a chunk or two each: the offsets
-    count super-blocks' words, and the run gives the unsplit logits exactly."""
+    scale words; K4 gate|up: 4096 texels, 2560 words; K6 down: 3072 texels) take a chunk or
+    two each: the offsets count super-blocks, and the run gives the unsplit logits exactly."""
     model = kquant_model(tmp_path_factory, "q4_k_m")
     whole, _ = run_steps(model, backend_with(CPU), TOKENS)
     backend = backend_with(CPU)

@@ -110,44 +110,44 @@ class Planner:
         (Copy)."""
         qtype, cols, infos = self._infos(names)
         enc, rows = ENCODINGS[qtype], sum(i.shape[1] for i in infos)
-        tpb, blocks = enc.texels, rows * cols // 32
-        words = enc.scale_words(blocks)
-        if not self._room(blocks * tpb, words) and self.chunks[-1] != [0, 0]:
+        blocks = rows * cols // 32
+        texels, words = enc.payload_texels(blocks), enc.scale_words(blocks)
+        if not self._room(texels, words) and self.chunks[-1] != [0, 0]:
             self.chunks.append([0, 0])
-        if self._room(blocks * tpb, words):
+        if self._room(texels, words):
             chunk, (texel, block) = len(self.chunks) - 1, self.chunks[-1]
             m = Matrix(qtype, rows, cols, texel, block, chunk)
             for name, i in zip(names, infos):
                 n = i.shape[0] * i.shape[1] // 32
                 width, rotated = (interleave or {}).get(name, (0, 0))
                 self.copies.append(Copy(name, qtype, chunk, texel, block, 0, n, width, rotated))
-                texel, block = texel + n * tpb, block + enc.scale_words(n)
+                texel, block = texel + enc.payload_texels(n), block + enc.scale_words(n)
             self.chunks[-1] = [texel, block]
             return (m,)
         if not pieces or len(names) > 1:
             raise UnsupportedModelForVulkanError(
-                f"tensor {'+'.join(names)}: {blocks * tpb} texels or {words} scale words "
-                f"exceed this device's maxTexelBufferElements of {self.cap}")
+                f"tensor {'+'.join(names)}: {texels} texels or {words} scale words exceed "
+                f"this device's maxTexelBufferElements of {self.cap}")
         return self._pieces(names[0], qtype, rows, cols)
 
     def _pieces(self, name: str, qtype: int, rows: int, cols: int) -> tuple[Matrix, ...]:
         nb, enc = cols // 32, ENCODINGS[qtype]
-        tpb, wpr = enc.texels, enc.scale_words(nb)  # texels, scale words a row: nb * tpb, wpr
-        if max(nb * tpb, wpr) > self.cap:
+        tpr, wpr = enc.payload_texels(nb), enc.scale_words(nb)  # texels, scale words a row
+        if max(tpr, wpr) > self.cap:
             raise UnsupportedModelForVulkanError(
-                f"tensor {name}: one row of {nb * tpb} texels and {wpr} scale words "
+                f"tensor {name}: one row of {tpr} texels and {wpr} scale words "
                 f"exceeds this device's maxTexelBufferElements of {self.cap}")
         out, row = [], 0
         while row < rows:
             texel, block = self.chunks[-1]
-            fit = min((self.cap - texel) // (nb * tpb), (self.cap - block) // wpr, rows - row)
+            fit = min((self.cap - texel) // tpr, (self.cap - block) // wpr, rows - row)
             if fit == 0:
                 self.chunks.append([0, 0])
                 continue
             chunk = len(self.chunks) - 1
             self.copies.append(Copy(name, qtype, chunk, texel, block, row * nb, fit * nb))
             out.append(Matrix(qtype, fit, cols, texel, block, chunk, row))
-            self.chunks[-1] = [texel + fit * nb * tpb, block + fit * wpr]
+            self.chunks[-1] = [texel + fit * tpr, block + fit * wpr]
             row += fit
         return tuple(out)
 

@@ -1,9 +1,9 @@
 """The weight encodings the shaders read, and the lossless re-encoding of the GGUF block types
 they do not read as stored (Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K) into them, at upload time.
 
-Every encoding stores a matrix as 32-element blocks: `texels` RGBA32UI payload texels a block
-in WQ, and `words` R32UI scale words per `group` blocks in WS (shaders/common.glsl's QT_*
-codes and scale_words). F32, F16, Q4_0, Q4_1 and Q8_0 are stored as their GGUF blocks
+Every encoding stores a matrix as 32-element blocks: `texels` RGBA32UI payload texels in WQ
+and `words` R32UI scale words in WS per `group` blocks (shaders/common.glsl's QT_* codes,
+block_texel and scale_words). F32, F16, Q4_0, Q4_1 and Q8_0 are stored as their GGUF blocks
 (payload bytes as they are, the f16 scale(s) as the one word). The other types are rewritten
 through one exact form: each 32-element block as int8 codes c with
 
@@ -18,19 +18,22 @@ these fields multiplies by exactly gguf-py's numbers. The form is written out as
 
 - Q8_0's own encoding where it fits (s = 1, o = 0: Q5_0): int8 codes, the f16 d.
 - Q8M (Q5_1; fused 32-weight types of which one has an offset): int8 codes, half2(d, m).
-- K4 (Q4_K): 4-bit codes in Q4_1's nibble order; per 256-element super-block (8 blocks, where
-  the K-quants keep d and dmin) 5 words: half2(d, dmin), then the int8 pairs (s, o) of its
-  blocks, two a word.
-- K8 (Q3_K, Q5_K, Q6_K; fused K-quants of different encodings, e.g. a Q4_K_M file's Q4_K q|k with
-  its Q6_K v): int8 codes; per super-block 9 words: half2(d, dmin), then one word a block
-  holding the int8s (s0, s1, o).
+- K4 (Q4_K): per 256-element super-block (8 blocks, where the K-quants keep d and dmin) its
+  blocks' 4-bit codes in Q4_1's nibble order, a texel each; and 5 words: half2(d, dmin), then
+  the int8 pairs (s, o) of its blocks, two a word.
+- K5 (Q5_K): K4's nibble texels and words, then 2 texels of the codes' 5th bits (a word a
+  block: bit i for element i).
+- K6 (Q6_K): the low 4 bits of q = c + 32 as K4's nibbles, then 4 texels of q's top 2 bits
+  (two words a block: elements 0-15, then 16-31, 2 bits each); K4's words with (s0, s1) pairs.
+- K8 (Q3_K; fused K-quants of different encodings, e.g. a Q4_K_M file's Q4_K q|k with its
+  Q6_K v): int8 codes, 2 texels a block; per super-block 9 words: half2(d, dmin), then one
+  word a block holding the int8s (s0, s1, o).
 
 Costs in bits per weight, against the GGUF's own: Q5_0 8.5 (5.5), Q5_1 9 (6), Q4_K 4.625
-(4.5), Q5_K 9.125 (5.5), Q6_K 9.125 (6.5625), Q3_K 9.125 (3.4375). Q2_K is not read: its
-16-element sub-blocks each have their own min, which this form (one o a block) lacks. Decode
-reads every weight byte once a token: Q4_K, most of a Q4_K_M file, is within 3% of its own
-size; the 3-, 5- and 6-bit types pay for codes in whole bytes, which keeps one decode path per
-payload kind.
+(4.5), Q5_K 5.625 (5.5), Q6_K 6.625 (6.5625), Q3_K 9.125 (3.4375); a mixed fused matrix 9.125.
+Decode reads every weight byte once a token, so the K-quants keep their own packing but for
+the scales (bytes, not 6-bit fields) and Q4_1's nibble order. Q2_K is not read: its
+16-element sub-blocks each have their own min, which this form (one o a block) lacks.
 """
 
 from __future__ import annotations
@@ -44,17 +47,20 @@ from gguf import GGMLQuantizationType as QT
 @dataclass(frozen=True)
 class Encoding:
     name: str
-    texels: int  # RGBA32UI payload texels per 32-element block
+    texels: int  # RGBA32UI payload texels per `group` blocks
     words: int  # R32UI scale words per `group` blocks
     group: int = 1  # 8: a K-quant's super-block, whose d and dmin its blocks share
 
+    def payload_texels(self, blocks: int) -> int:
+        """Payload texels of `blocks` blocks (whole groups: rows of a K-quant are)."""
+        return blocks // self.group * self.texels
+
     def scale_words(self, blocks: int) -> int:
-        """Scale words of `blocks` blocks (whole groups: rows of a K-quant are)."""
         return blocks // self.group * self.words
 
 
 # Codes equal shaders/common.glsl's QT_*: ggml's for the types stored as they are.
-Q8M, K4, K8 = 64, 65, 66
+Q8M, K4, K8, K5, K6 = 64, 65, 66, 67, 68
 ENCODINGS: dict[int, Encoding] = {
     0: Encoding("F32", 8, 1),  # the word is unused (zero): every block has one
     1: Encoding("F16", 4, 1),
@@ -62,13 +68,15 @@ ENCODINGS: dict[int, Encoding] = {
     3: Encoding("Q4_1", 1, 1),  # half2(d, m)
     8: Encoding("Q8_0", 2, 1),  # f16 d
     Q8M: Encoding("Q8M", 2, 1),  # half2(d, m)
-    K4: Encoding("K4", 1, 5, 8),
-    K8: Encoding("K8", 2, 9, 8),
+    K4: Encoding("K4", 8, 5, 8),
+    K5: Encoding("K5", 10, 5, 8),
+    K6: Encoding("K6", 12, 5, 8),
+    K8: Encoding("K8", 16, 9, 8),
 }
 # GGUF type -> its encoding when a matrix is of that type alone.
 SOURCES: dict[int, int] = {QT.F32: 0, QT.F16: 1, QT.Q4_0: 2, QT.Q4_1: 3, QT.Q8_0: 8,
-                           QT.Q5_0: 8, QT.Q5_1: Q8M, QT.Q3_K: K8, QT.Q4_K: K4, QT.Q5_K: K8,
-                           QT.Q6_K: K8}
+                           QT.Q5_0: 8, QT.Q5_1: Q8M, QT.Q3_K: K8, QT.Q4_K: K4, QT.Q5_K: K5,
+                           QT.Q6_K: K6}
 K_QUANTS = frozenset({QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K})
 # Stored as their GGUF blocks: (payload byte range of a block, scale bytes).
 STORED: dict[int, tuple[tuple[int, int], int]] = {
@@ -222,8 +230,8 @@ def form_of(blocks: np.ndarray, ggml_type: int) -> Form:
 
 
 def encode(f: Form, encoding: int) -> tuple[np.ndarray, np.ndarray]:
-    """A Form of n blocks as (n, texels * 16) payload bytes and the scale words of
-    `encoding`, (n / group, words)."""
+    """A Form of n blocks as the payload bytes and scale words of `encoding`, one row per
+    group of blocks: (n / group, texels * 16) and (n / group, words)."""
     n = len(f.d)
     if encoding in (8, Q8M):
         plain = (f.s == 1).all() and ((f.o == 0) | ((f.o == 1) & (encoding == Q8M))).all()
@@ -232,7 +240,7 @@ def encode(f: Form, encoding: int) -> tuple[np.ndarray, np.ndarray]:
                              f"{ENCODINGS[encoding].name}")
         m = np.where(f.o == 1, f.dmin, 0).astype(np.uint32)  # dmin * 1, or no offset
         return f.codes.view(np.uint8), (f.d.astype(np.uint32) | (m << 16)).reshape(n, 1)
-    if encoding not in (K4, K8):
+    if encoding not in (K4, K5, K6, K8):
         raise ValueError(f"encoding {encoding} is not a re-encoding")
     head = (f.d.astype(np.uint32) | (f.dmin.astype(np.uint32) << 16)).reshape(-1, 8)
     if (head != head[:, :1]).any():
@@ -241,10 +249,27 @@ def encode(f: Form, encoding: int) -> tuple[np.ndarray, np.ndarray]:
     o = f.o.view(np.uint8).astype(np.uint32)
     if encoding == K8:  # one word a block: s0, s1, o
         small = (s[:, 0] | (s[:, 1] << 8) | (o << 16)).reshape(-1, 8)
-        return f.codes.view(np.uint8), np.concatenate([head[:, :1], small], axis=1)
-    q = f.codes.view(np.uint8)
-    if (q > 15).any() or (s[:, 0] != s[:, 1]).any():
-        raise ValueError("codes past 4 bits or two sub-scales do not fit K4")
-    pair = (s[:, 0] | (o << 8)).reshape(-1, 4, 2)  # (s, o) of blocks 2i, 2i + 1 in word i
+        return (f.codes.view(np.uint8).reshape(-1, 256),
+                np.concatenate([head[:, :1], small], axis=1))
+    name = ENCODINGS[encoding].name
+    if encoding == K6:  # Q6_K: codes q - 32 stored as q; pairs (s0, s1)
+        q = (f.codes + np.int8(32)).view(np.uint8)
+        ok, pair = (f.o == 0).all(), s[:, 0] | (s[:, 1] << 8)
+    else:  # K4, K5: pairs (s, o)
+        q = f.codes.view(np.uint8)
+        ok, pair = (s[:, 0] == s[:, 1]).all(), s[:, 0] | (o << 8)
+    if not ok or (q >= 1 << {K4: 4, K5: 5, K6: 6}[encoding]).any():
+        raise ValueError(f"these codes or scales do not fit {name}")
+    pair = pair.reshape(-1, 4, 2)  # (s, o) or (s0, s1) of blocks 2i, 2i + 1 in word i
     words = np.concatenate([head[:, :1], pair[:, :, 0] | (pair[:, :, 1] << 16)], axis=1)
-    return q[:, :16] | (q[:, 16:] << 4), words
+    nibbles = (q[:, :16] & 15) | ((q[:, 16:] & 15) << 4)  # Q4_1's order
+    if encoding == K4:
+        return nibbles.reshape(-1, 128), words
+    high = (q >> 4).astype(np.uint32)
+    if encoding == K5:  # a word a block, bit i element i's 5th bit
+        plane = np.packbits(high.astype(np.uint8), axis=1, bitorder="little")
+    else:  # two words a block, 2 bits an element: elements 0-15, then 16-31
+        shifts = 2 * np.arange(16, dtype=np.uint32)
+        plane = (high.reshape(n, 2, 16) << shifts).sum(axis=2, dtype=np.uint32).view(np.uint8)
+    # A super-block's payload: its 8 blocks' nibble texels, then their high bits.
+    return np.concatenate([nibbles.reshape(-1, 128), plane.reshape(n // 8, -1)], axis=1), words

@@ -164,11 +164,11 @@ def _copy_blocks(raw: np.ndarray, t: TensorInfo, wq: np.ndarray, ws: np.ndarray,
         i = src[: cp.rotated] % width
         src[: cp.rotated] += i // 2 + (i % 2) * (width // 2) - i
         blocks = blocks.reshape(rows, nb, block_bytes)[src].reshape(count, block_bytes)
-    enc = ENCODINGS[cp.encoding]
-    payload = wq[cp.texel * 4 : (cp.texel + cp.count * enc.texels) * 4].view(np.uint8)
-    payload = payload.reshape(cp.count, enc.texels * 16)
+    enc = ENCODINGS[cp.encoding]  # rows of payload and scales: one per group of blocks
+    payload = wq[cp.texel * 4 : (cp.texel + enc.payload_texels(cp.count)) * 4].view(np.uint8)
+    payload = payload.reshape(-1, enc.texels * 16)
     scales = ws[cp.block : cp.block + enc.scale_words(cp.count)].reshape(-1, enc.words)
-    if stored_as_is(t.ggml_type, cp.encoding):
+    if stored_as_is(t.ggml_type, cp.encoding):  # a group is a block
         (lo, hi), scale_bytes = STORED[t.ggml_type]
         payload[:] = blocks[:, lo:hi]
         if scale_bytes == 4:
@@ -181,6 +181,5 @@ def _copy_blocks(raw: np.ndarray, t: TensorInfo, wq: np.ndarray, ws: np.ndarray,
     step = RECODE_BLOCKS // per  # GGUF blocks at a time: bounds the temporaries
     for at in range(0, count, step):
         part = blocks[at : at + step]
-        rows = slice(at * per, (at + len(part)) * per)
-        groups = slice(rows.start // enc.group, rows.stop // enc.group)
-        payload[rows], scales[groups] = encode(form_of(part, t.ggml_type), cp.encoding)
+        groups = slice(at * per // enc.group, (at + len(part)) * per // enc.group)
+        payload[groups], scales[groups] = encode(form_of(part, t.ggml_type), cp.encoding)
