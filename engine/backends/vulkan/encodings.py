@@ -265,11 +265,11 @@ def encode(f: Form, encoding: int) -> tuple[np.ndarray, np.ndarray]:
     nibbles = (q[:, :16] & 15) | ((q[:, 16:] & 15) << 4)  # Q4_1's order
     if encoding == K4:
         return nibbles.reshape(-1, 128), words
-    high = (q >> 4).astype(np.uint32)
+    high = q >> 4
     if encoding == K5:  # a word a block, bit i element i's 5th bit
-        plane = np.packbits(high.astype(np.uint8), axis=1, bitorder="little")
-    else:  # two words a block, 2 bits an element: elements 0-15, then 16-31
-        shifts = 2 * np.arange(16, dtype=np.uint32)
-        plane = (high.reshape(n, 2, 16) << shifts).sum(axis=2, dtype=np.uint32).view(np.uint8)
+        plane = np.packbits(high, axis=1, bitorder="little")
+    else:  # two words a block, 2 bits an element (little-endian: 4 elements a byte)
+        h = high.reshape(n, 8, 4)
+        plane = h[:, :, 0] | (h[:, :, 1] << 2) | (h[:, :, 2] << 4) | (h[:, :, 3] << 6)
     # A super-block's payload: its 8 blocks' nibble texels, then their high bits.
     return np.concatenate([nibbles.reshape(-1, 128), plane.reshape(n // 8, -1)], axis=1), words
