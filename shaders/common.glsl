@@ -151,7 +151,7 @@ vec4 high_part(uint h, uint k) {
     return vec4((uvec4(h) >> (k + uvec4(0, 2, 4, 6))) & 3u) * 16.0 - 32.0;
 }
 
-// K4/K8's scale words -> d, the sub-scales s0 and s1, and the additive m = dmin * o.
+// K4-K8's scale words -> d, the sub-scales s0 and s1, and the additive m = dmin * o.
 void k_scales(uvec2 words, out float d, out vec2 s, out float m) {
     vec2 dd = unpackHalf2x16(words.x);
     ivec3 i = ivec3(uvec3(words.y) << uvec3(24, 16, 8)) >> 24;  // sign-extended bytes 0-2
@@ -168,7 +168,7 @@ void plain_scales(uint word, out float d, out float m) {
 }
 
 // Block blk of the matrix (pc.w_texel, pc.w_block its first texel and scale word) as
-// w[i] * d + m: w holds the integer codes (times K4/K8's sub-scale, still an exact integer),
+// w[i] * d + m: w holds the integer codes (times K4-K8's sub-scale, still an exact integer),
 // or the exact values for float encodings, with d = 1 and m = 0, so a dot product can apply
 // d and m once per block.
 void load_block(uint blk, out vec4 w[8], out float d, out float m) {

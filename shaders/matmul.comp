@@ -17,7 +17,9 @@ const uint NB = K / 32;                        // blocks per weight row
 const uint BPL = (NB + SPLIT - 1) / SPLIT;     // blocks per invocation (the most)
 const uint GROUPS = WG / SPLIT;                // row groups per workgroup
 const uint NR = MODE == MODE_GATEUP ? 2 * R : R;  // weight rows per row group
-const bool OFFSET = QTYPE == QT_Q4_1 || QTYPE == QT_Q4_0 || QTYPE == QT_Q8M || SBW != 0;  // an additive m
+// Blocks carry an additive m (K6, Q6_K's, has none).
+const bool OFFSET = QTYPE == QT_Q4_1 || QTYPE == QT_Q4_0 || QTYPE == QT_Q8M
+                 || (SBW != 0 && QTYPE != QT_K6);
 
 const uint RED = NR * T + T;  // floats per invocation in `red`: partial dots, sums of squares
 shared float red[SPLIT > 1 ? WG * RED : 1];  // [WG, RED] partials, where shuffles cannot sum them
