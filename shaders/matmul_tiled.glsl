@@ -30,7 +30,7 @@ uint weight_row(uint row0, uint i) {
 // (texels and the block's scale words) and decode_w8 dequantizes them (code * d + m), so that a
 // shader can keep the loads in flight while it works on the previous block.
 struct RawW8 {
-    uvec4 a, b;  // payload texels (F32: both; K5/K6: a, and b.x the high bits; others: a)
+    uvec4 a, b;  // payload texels (F32: both; K5-K6X: a, and b.x the high bits; others: a)
     uvec2 s;     // the block's scale words (common.glsl's scale_words)
 };
 
@@ -49,7 +49,7 @@ RawW8 fetch_w8(uint wr, uint b, uint p) {
         r.s = scale_words(blk);
         if (PLANES) {  // the word holding elements 8p .. 8p + 7's high bits
             uvec2 h = high_words(blk);
-            r.b.x = QTYPE == QT_K6 && p >= 2 ? h.y : h.x;
+            r.b.x = SIX_BITS && p >= 2 ? h.y : h.x;
         }
     }
     return r;
@@ -71,17 +71,17 @@ void decode_w8(RawW8 r, uint p, out vec4 lo, out vec4 hi) {
     if (INT8_CODES) {  // texel i holds int8 elements 16i .. 16i + 15
         lo = vec4(ivec4(uvec4(r.a[a]) << uvec4(24, 16, 8, 0)) >> 24);
         hi = vec4(ivec4(uvec4(r.a[a + 1]) << uvec4(24, 16, 8, 0)) >> 24);
-    } else {  // Q4_0, Q4_1, K4-K6: byte j holds element j (low nibble) and j + 16 (high)
+    } else {  // Q4_0, Q4_1, K4-K6X: byte j holds element j (low nibble) and j + 16 (high)
         uvec4 shift = uvec4(0, 8, 16, 24) + (p / 2) * 4;
         lo = vec4((uvec4(r.a[a]) >> shift) & 15u);
         hi = vec4((uvec4(r.a[a + 1]) >> shift) & 15u);
-        if (PLANES) {  // K5: element e at bit e; K6: at bits 2(e % 16) of its half's word
+        if (PLANES) {  // K5: element e at bit e; K6, K6X: at bits 2(e % 16) of its half's word
             uint k = QTYPE == QT_K5 ? 8 * p : 16 * (p % 2);
             lo += high_part(r.b.x, k);
             hi += high_part(r.b.x, k + (QTYPE == QT_K5 ? 4 : 8));
         }
     }
-    if (SBW != 0) {  // K4-K8: elements 0-15 (p 0, 1) take s0, 16-31 s1
+    if (SBW != 0) {  // K4-K6X: elements 0-15 (p 0, 1) take s0, 16-31 s1
         vec2 s;
         k_scales(r.s, d, s, m);
         d *= p < 2 ? s.x : s.y;

@@ -27,7 +27,7 @@ from engine.backends.vulkan.encodings import (
     K4,
     K5,
     K6,
-    K8,
+    K6X,
     Q8M,
     SOURCES,
     encode,
@@ -62,19 +62,18 @@ def shader_values(payload: np.ndarray, words: np.ndarray, encoding: int) -> np.n
     groups = words.reshape(-1, enc.words)
     head = np.repeat(groups[:, 0], 8)
     sb = payload.reshape(-1, enc.texels * 16)  # a super-block's payload
-    if encoding == K8:
-        codes = sb.reshape(-1, 32).view(np.int8).astype(np.float32)
+    nibbles = sb[:, :128].reshape(-1, 16)
+    codes = np.concatenate([nibbles & 15, nibbles >> 4], axis=1).astype(np.float32)
+    if encoding == K5:
+        bits = np.unpackbits(sb[:, 128:].reshape(-1, 4), axis=1, bitorder="little")
+        codes += 16 * bits
+    if encoding in (K6, K6X):
+        halves = sb[:, 128:].reshape(-1, 8).copy().view(np.uint32)  # (n, 2)
+        top = (halves[:, :, None] >> (2 * np.arange(16, dtype=np.uint32))) & 3
+        codes += 16 * top.reshape(-1, 32).astype(np.float32) - 32
+    if encoding == K6X:
         small = groups[:, 1:].ravel()
     else:
-        nibbles = sb[:, :128].reshape(-1, 16)
-        codes = np.concatenate([nibbles & 15, nibbles >> 4], axis=1).astype(np.float32)
-        if encoding == K5:
-            bits = np.unpackbits(sb[:, 128:].reshape(-1, 4), axis=1, bitorder="little")
-            codes += 16 * bits
-        if encoding == K6:
-            halves = sb[:, 128:].reshape(-1, 8).copy().view(np.uint32)  # (n, 2)
-            top = (halves[:, :, None] >> (2 * np.arange(16, dtype=np.uint32))) & 3
-            codes += 16 * top.reshape(-1, 32).astype(np.float32) - 32
         pair = ((groups[:, 1:, None] >> np.array([0, 16], np.uint32)) & 0xFFFF).ravel()
         small = pair if encoding == K6 else (pair & 0xFF) * 0x101 | ((pair >> 8) << 16)
     small = small.astype(np.uint32)[:, None].view(np.uint8)[:, :3].view(np.int8)  # s0, s1, o
@@ -116,7 +115,7 @@ def test_reencoding_is_gguf_pys_dequantization_exactly(qtype, source) -> None:
     form = form_of(blocks, qtype)
     # Its own encoding (the old types as the shaders already read them), and the one a
     # fused matrix mixing it with another type of its kind is written in.
-    wide = K8 if GGML_QUANT_SIZES[qtype][0] == 256 else Q8M
+    wide = K6X if GGML_QUANT_SIZES[qtype][0] == 256 else Q8M
     for encoding in {SOURCES[qtype], wide}:
         if encoding in (2, 3):
             continue  # stored as their GGUF blocks, not through the form
@@ -130,7 +129,7 @@ def test_reencoding_is_gguf_pys_dequantization_exactly(qtype, source) -> None:
 def test_mixed_fused_matrices_take_a_wide_encoding() -> None:
     assert encoding_of([QT.Q4_K, QT.Q4_K]) == K4
     assert encoding_of([QT.Q5_0, QT.Q8_0]) == 8  # both are Q8_0's encoding
-    assert encoding_of([QT.Q4_K, QT.Q4_K, QT.Q6_K]) == K8  # a Q4_K_M q|k|v
+    assert encoding_of([QT.Q4_K, QT.Q4_K, QT.Q6_K]) == K6X  # a Q4_K_M q|k|v
     assert encoding_of([QT.Q4_0, QT.Q8_0]) == 8
     assert encoding_of([QT.Q4_1, QT.Q8_0]) == Q8M
     # Refused: no exact common encoding (floats; a per-256 d beside a per-32 one).
@@ -154,8 +153,8 @@ MODELS = {"q4_k_m": Q4_K_M, "alone": ALONE}
 # The encodings each model's matrices take: (embed, output, layer 0's q|k|v, wo, gate|up, down)
 # and layer 1's.
 EXPECTED = {
-    "q4_k_m": (K4, K6, [(K8, K4, K4, K6), (K8, K4, K4, K6)]),
-    "alone": (K6, Q8M, [(K6, 8, K5, Q8M), (Q8M, K8, 8, K4)]),
+    "q4_k_m": (K4, K6, [(K6X, K4, K4, K6), (K6X, K4, K4, K6)]),
+    "alone": (K6, Q8M, [(K6, 8, K5, Q8M), (Q8M, K6X, 8, K4)]),
 }
 
 
@@ -252,7 +251,7 @@ def test_a_piece_is_its_rows_of_the_whole(qtype) -> None:
 
 
 def test_split_q4_k_m_model_matches_unsplit(tmp_path_factory, monkeypatch, backend_with) -> None:
-    """Under 8200 texels a view, the Q4_K_M model's matrices (K8 q|k|v: 8192 texels, 4608
+    """Under 8200 texels a view, the Q4_K_M model's matrices (K6X q|k|v: 6144 texels, 4608
     scale words; K4 gate|up: 4096 texels, 2560 words; K6 down: 3072 texels) take a chunk or
     two each: the offsets count super-blocks, and the run gives the unsplit logits exactly."""
     model = kquant_model(tmp_path_factory, "q4_k_m")

@@ -25,12 +25,12 @@ these fields multiplies by exactly gguf-py's numbers. The form is written out as
   block: bit i for element i).
 - K6 (Q6_K): the low 4 bits of q = c + 32 as K4's nibbles, then 4 texels of q's top 2 bits
   (two words a block: elements 0-15, then 16-31, 2 bits each); K4's words with (s0, s1) pairs.
-- K8 (Q3_K; fused K-quants of different encodings, e.g. a Q4_K_M file's Q4_K q|k with its
-  Q6_K v): int8 codes, 2 texels a block; per super-block 9 words: half2(d, dmin), then one
-  word a block holding the int8s (s0, s1, o).
+- K6X (Q3_K; fused K-quants of different encodings, e.g. a Q4_K_M file's Q4_K q|k with its
+  Q6_K v): K6's payload of q = c + 32 (every K-quant's codes fit 6 bits so); per super-block
+  9 words: half2(d, dmin), then one word a block holding the int8s (s0, s1, o).
 
 Costs in bits per weight, against the GGUF's own: Q5_0 8.5 (5.5), Q5_1 9 (6), Q4_K 4.625
-(4.5), Q5_K 5.625 (5.5), Q6_K 6.625 (6.5625), Q3_K 9.125 (3.4375); a mixed fused matrix 9.125.
+(4.5), Q5_K 5.625 (5.5), Q6_K 6.625 (6.5625), Q3_K 7.125 (3.4375); a mixed fused matrix 7.125.
 Decode reads every weight byte once a token, so the K-quants keep their own packing but for
 the scales (bytes, not 6-bit fields) and Q4_1's nibble order. Q2_K is not read: its
 16-element sub-blocks each have their own min, which this form (one o a block) lacks.
@@ -60,7 +60,7 @@ class Encoding:
 
 
 # Codes equal shaders/common.glsl's QT_*: ggml's for the types stored as they are.
-Q8M, K4, K8, K5, K6 = 64, 65, 66, 67, 68
+Q8M, K4, K6X, K5, K6 = 64, 65, 66, 67, 68
 ENCODINGS: dict[int, Encoding] = {
     0: Encoding("F32", 8, 1),  # the word is unused (zero): every block has one
     1: Encoding("F16", 4, 1),
@@ -71,11 +71,11 @@ ENCODINGS: dict[int, Encoding] = {
     K4: Encoding("K4", 8, 5, 8),
     K5: Encoding("K5", 10, 5, 8),
     K6: Encoding("K6", 12, 5, 8),
-    K8: Encoding("K8", 16, 9, 8),
+    K6X: Encoding("K6X", 12, 9, 8),
 }
 # GGUF type -> its encoding when a matrix is of that type alone.
 SOURCES: dict[int, int] = {QT.F32: 0, QT.F16: 1, QT.Q4_0: 2, QT.Q4_1: 3, QT.Q8_0: 8,
-                           QT.Q5_0: 8, QT.Q5_1: Q8M, QT.Q3_K: K8, QT.Q4_K: K4, QT.Q5_K: K5,
+                           QT.Q5_0: 8, QT.Q5_1: Q8M, QT.Q3_K: K6X, QT.Q4_K: K4, QT.Q5_K: K5,
                            QT.Q6_K: K6}
 K_QUANTS = frozenset({QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K})
 # Stored as their GGUF blocks: (payload byte range of a block, scale bytes).
@@ -86,14 +86,14 @@ STORED: dict[int, tuple[tuple[int, int], int]] = {
 
 def encoding_of(types: list[int]) -> int | None:
     """The encoding of a matrix whose stacked parts are of these GGUF types: their own where
-    they agree; where not, K8 for K-quants, Q8_0 or Q8M for 32-weight types (Q8M where one
+    they agree; where not, K6X for K-quants, Q8_0 or Q8M for 32-weight types (Q8M where one
     has an offset); None for floats or a K-quant with a 32-weight type (no common d)."""
     kinds = set(types)
     codes = {SOURCES[t] for t in kinds}
     if len(codes) == 1:
         return codes.pop()
     if kinds <= K_QUANTS:
-        return K8
+        return K6X
     if kinds & (K_QUANTS | {QT.F32, QT.F16}):
         return None
     return Q8M if kinds & {QT.Q4_1, QT.Q5_1} else 8
@@ -240,28 +240,27 @@ def encode(f: Form, encoding: int) -> tuple[np.ndarray, np.ndarray]:
                              f"{ENCODINGS[encoding].name}")
         m = np.where(f.o == 1, f.dmin, 0).astype(np.uint32)  # dmin * 1, or no offset
         return f.codes.view(np.uint8), (f.d.astype(np.uint32) | (m << 16)).reshape(n, 1)
-    if encoding not in (K4, K5, K6, K8):
+    if encoding not in (K4, K5, K6, K6X):
         raise ValueError(f"encoding {encoding} is not a re-encoding")
     head = (f.d.astype(np.uint32) | (f.dmin.astype(np.uint32) << 16)).reshape(-1, 8)
     if (head != head[:, :1]).any():
         raise ValueError("blocks of one super-block differ in d or dmin")
     s = f.s.view(np.uint8).astype(np.uint32)
     o = f.o.view(np.uint8).astype(np.uint32)
-    if encoding == K8:  # one word a block: s0, s1, o
-        small = (s[:, 0] | (s[:, 1] << 8) | (o << 16)).reshape(-1, 8)
-        return (f.codes.view(np.uint8).reshape(-1, 256),
-                np.concatenate([head[:, :1], small], axis=1))
-    name = ENCODINGS[encoding].name
-    if encoding == K6:  # Q6_K: codes q - 32 stored as q; pairs (s0, s1)
-        q = (f.codes + np.int8(32)).view(np.uint8)
-        ok, pair = (f.o == 0).all(), s[:, 0] | (s[:, 1] << 8)
-    else:  # K4, K5: pairs (s, o)
-        q = f.codes.view(np.uint8)
-        ok, pair = (s[:, 0] == s[:, 1]).all(), s[:, 0] | (o << 8)
-    if not ok or (q >= 1 << {K4: 4, K5: 5, K6: 6}[encoding]).any():
-        raise ValueError(f"these codes or scales do not fit {name}")
-    pair = pair.reshape(-1, 4, 2)  # (s, o) or (s0, s1) of blocks 2i, 2i + 1 in word i
-    words = np.concatenate([head[:, :1], pair[:, :, 0] | (pair[:, :, 1] << 16)], axis=1)
+    bias = np.int8(32 if encoding in (K6, K6X) else 0)  # 6-bit codes c stored as q = c + 32
+    q = (f.codes + bias).view(np.uint8)
+    if encoding == K6X:  # one word a block: s0, s1, o
+        ok, words = True, np.concatenate(
+            [head[:, :1], (s[:, 0] | (s[:, 1] << 8) | (o << 16)).reshape(-1, 8)], axis=1)
+    else:  # pairs two a word: K4, K5's (s, o), K6's (s0, s1)
+        if encoding == K6:
+            ok, pair = (f.o == 0).all(), s[:, 0] | (s[:, 1] << 8)
+        else:
+            ok, pair = (s[:, 0] == s[:, 1]).all(), s[:, 0] | (o << 8)
+        pair = pair.reshape(-1, 4, 2)  # blocks 2i, 2i + 1 in word i
+        words = np.concatenate([head[:, :1], pair[:, :, 0] | (pair[:, :, 1] << 16)], axis=1)
+    if not ok or (q >= 1 << {K4: 4, K5: 5}.get(encoding, 6)).any():
+        raise ValueError(f"these codes or scales do not fit {ENCODINGS[encoding].name}")
     nibbles = (q[:, :16] & 15) | ((q[:, 16:] & 15) << 4)  # Q4_1's order
     if encoding == K4:
         return nibbles.reshape(-1, 128), words
