@@ -149,12 +149,16 @@ Q4_K_M = (QT.Q4_K, QT.Q6_K) + (QT.Q4_K, QT.Q6_K, QT.Q4_K, QT.Q4_K, QT.Q4_K, QT.Q
 ALONE = (QT.Q6_K, QT.Q5_1,
          QT.Q5_0, QT.Q5_1, QT.Q5_K, QT.Q6_K, QT.Q6_K, QT.Q6_K, QT.Q5_K,
          QT.Q3_K, QT.Q4_K, QT.Q5_0, QT.Q5_1, QT.Q5_1, QT.Q5_1, QT.Q5_0)
-MODELS = {"q4_k_m": Q4_K_M, "alone": ALONE}
+# name -> (matrix types, other TinySpec fields): qwen2's split-half RoPE has the upload
+# interleave the rows of K-quant q and k (weights.py).
+MODELS = {"q4_k_m": (Q4_K_M, {}), "alone": (ALONE, {}),
+          "qwen2-q4_k_m": (Q4_K_M, {"architecture": "qwen2"})}
 # The encodings each model's matrices take: (embed, output, layer 0's q|k|v, wo, gate|up, down)
 # and layer 1's.
 EXPECTED = {
     "q4_k_m": (K4, K6, [(K6X, K4, K4, K6), (K6X, K4, K4, K6)]),
     "alone": (K6, Q8M, [(K6, 8, K5, Q8M), (Q8M, K6X, 8, K4)]),
+    "qwen2-q4_k_m": (K4, K6, [(K6X, K4, K4, K6), (K6X, K4, K4, K6)]),
 }
 
 
@@ -167,8 +171,9 @@ SCALES = ((QT.Q4_K, ((0, 3e-4), (2, 2.25e-3))), (QT.Q5_K, ((0, 1.6e-4), (2, 2.5e
 
 def kquant_model(tmp_path_factory, name: str):
     path = tmp_path_factory.mktemp(f"kquant-{name}") / "tiny.gguf"
+    types, fields = MODELS[name]
     write_tiny_gguf(path, TinySpec(d_model=256, ffn_dim=256, tied=False, seed=7,
-                                   matrix_types=MODELS[name], k_quant_scales=SCALES))
+                                   matrix_types=types, k_quant_scales=SCALES, **fields))
     return load_model(path, path.parent / "cache")
 
 
@@ -184,7 +189,7 @@ def assert_encodings(conv, name: str) -> None:
 def test_every_step_matches_numpy(tmp_path_factory, vk_backend, name) -> None:
     """CPU shapes: chunked prefill and decode through matmul.comp and embed.comp."""
     model = kquant_model(tmp_path_factory, name)
-    assert problems_running(model.config.features, "llama")["vulkan"] is None
+    assert problems_running(model.config.features, model.config.arch.name)["vulkan"] is None
     want, ref = run_steps(model, None, TOKENS)
     got, conv = run_steps(model, vk_backend, TOKENS)
     assert_encodings(conv, name)
