@@ -39,13 +39,34 @@ const uint QD = NH * HD;     // query width
 const uint KVD = NKV * HD;   // key (and value) width
 const uint HALF = HD / 2;    // RoPE pairs per head
 
-// Weight encodings: every matrix is stored as 32-element blocks, a block's payload as TPB
-// RGBA32UI texels in WQ and its scale word (half2: d, m) in WS.
+// Weight encodings (engine/backends/vulkan/encodings.py): every matrix is stored as 32-element
+// blocks, a block's payload as TPB RGBA32UI texels in WQ and its scales in WS (scale_words).
+// The first five are the GGUF's own blocks (one word a block: the f16 d, or half2 d, m); Q8M
+// and K4-K6X are the exact re-encodings of Q5_1 and the K-quants (Q5_0 is written as Q8_0):
+// codes c with value = d * s * c + dmin * o, s = s0 for elements 0-15 and s1 for 16-31.
 const uint QT_F32 = 0;
 const uint QT_F16 = 1;
 const uint QT_Q4_0 = 2;
 const uint QT_Q4_1 = 3;
 const uint QT_Q8_0 = 8;
+const uint QT_Q8M = 64;  // Q5_1: int8 codes, one word half2(d, m)
+const uint QT_K4 = 65;   // Q4_K: 4-bit codes in Q4_1's nibble order
+const uint QT_K6X = 66;  // Q3_K, fused K-quants of different encodings: K6's codes, wide words
+const uint QT_K5 = 67;   // Q5_K: K4's nibbles, then a plane of 5th bits
+const uint QT_K6 = 68;   // Q6_K: K4's nibbles of q = c + 32, then a plane of q's top 2 bits
+
+const bool INT8_CODES = QTYPE == QT_Q8_0 || QTYPE == QT_Q8M;
+const bool SIX_BITS = QTYPE == QT_K6 || QTYPE == QT_K6X;
+const bool PLANES = QTYPE == QT_K5 || SIX_BITS;  // nibbles + high bits
+// Payload texels a block (K5, K6, K6X: its nibbles; high_words has the rest).
+const uint TPB = QTYPE == QT_F32 ? 8 : (QTYPE == QT_F16 ? 4 : (INT8_CODES ? 2 : 1));
+// K4-K6X store per super-block of 8 blocks (a K-quant's 256 weights, whose d and dmin they
+// share) TPG payload texels: the blocks' nibbles, then K5/K6/K6X's high bits; and SBW scale
+// words: half2(d, dmin), then K4/K5's (s, o) or K6's (s0, s1) int8 pairs two a word, or
+// K6X's (s0, s1, o) one a block. SBW 0: one word a block.
+const uint SBW = QTYPE == QT_K6X ? 9 : (QTYPE == QT_K4 || PLANES ? 5 : 0);
+const uint GROUP = SBW == 0 ? 1 : 8;
+const uint TPG = QTYPE == QT_K5 ? 10 : (SIX_BITS ? 12 : GROUP * TPB);
 
 // Matmul epilogues.
 const uint MODE_STORE = 0;   // act[out + t*M + row] = y
@@ -97,18 +118,67 @@ layout(push_constant) uniform Push {
     uint per_t;     // mass: probability rows per query token
 } pc;
 
-// Texels per 32-element block, by encoding.
-uint texels_per_block(uint qt) {
-    return qt == QT_F32 ? 8u : (qt == QT_F16 ? 4u : (qt == QT_Q8_0 ? 2u : 1u));
+// First payload texel of the matrix's block blk (pc.w_texel the matrix's first).
+uint block_texel(uint blk) {
+    return pc.w_texel + (blk / GROUP) * TPG + (blk % GROUP) * TPB;
 }
 
-// One block's 32 weights as w[i] * d + m: w holds the raw integer codes (or the exact values
-// for float encodings, with d = 1 and m = 0), so a dot product can apply d and m once per block.
-void load_block(uint first, uint blk, out vec4 w[8], out float d, out float m) {
+// K5, K6, K6X: block blk's high bits, after its super-block's 8 nibble texels: K5 one word
+// (bit i for element i), K6/K6X two (elements 0-15, then 16-31, 2 bits each).
+uvec2 high_words(uint blk) {
+    uint j = blk % 8, first = pc.w_texel + (blk / 8) * TPG + 8;
+    uvec4 t = texelFetch(WQ, int(first + (QTYPE == QT_K5 ? j / 4 : j / 2)));
+    if (QTYPE == QT_K5) return uvec2(t[j % 4], 0u);
+    return j % 2 == 0 ? t.xy : t.zw;
+}
+
+// The scale words of the matrix's block blk (pc.w_block its first word): (its word, 0), or
+// K4-K6X's (half2(d, dmin), the int8s s0, s1, o in bytes 0-2).
+uvec2 scale_words(uint blk) {
+    if (SBW == 0) return uvec2(texelFetch(WS, int(pc.w_block + blk)).x, 0u);
+    uint base = pc.w_block + (blk / 8) * SBW, j = blk % 8;
+    uint head = texelFetch(WS, int(base)).x;
+    if (QTYPE == QT_K6X) return uvec2(head, texelFetch(WS, int(base + 1 + j)).x);
+    uint pair = (texelFetch(WS, int(base + 1 + j / 2)).x >> (16 * (j % 2))) & 0xFFFFu;
+    if (QTYPE == QT_K6) return uvec2(head, pair);  // (s0, s1, 0)
+    return uvec2(head, (pair & 0xFFu) * 0x101u | ((pair >> 8) << 16));  // (s, s, o)
+}
+
+// K5, K6, K6X: the high bits of elements 4c .. 4c + 3 of a half of a block: bits k, k + 1,
+// ... (K5) or k, k + 2, ... (K6, K6X) of word h, as the value they add to the nibbles (less
+// 32 for the 6-bit ones: the code c = q - 32).
+vec4 high_part(uint h, uint k) {
+    if (QTYPE == QT_K5) return vec4((uvec4(h) >> (k + uvec4(0, 1, 2, 3))) & 1u) * 16.0;
+    return vec4((uvec4(h) >> (k + uvec4(0, 2, 4, 6))) & 3u) * 16.0 - 32.0;
+}
+
+// K4-K6X's scale words -> d, the sub-scales s0 and s1, and the additive m = dmin * o.
+void k_scales(uvec2 words, out float d, out vec2 s, out float m) {
+    vec2 dd = unpackHalf2x16(words.x);
+    ivec3 i = ivec3(uvec3(words.y) << uvec3(24, 16, 8)) >> 24;  // sign-extended bytes 0-2
+    d = dd.x;
+    s = vec2(i.xy);
+    m = dd.y * float(i.z);
+}
+
+// The one-word encodings' d and m (F32, F16: unused).
+void plain_scales(uint word, out float d, out float m) {
+    vec2 dm = unpackHalf2x16(word);
+    d = dm.x;
+    m = QTYPE == QT_Q4_1 || QTYPE == QT_Q8M ? dm.y : (QTYPE == QT_Q4_0 ? -8.0 * dm.x : 0.0);
+}
+
+// Block blk of the matrix (pc.w_texel, pc.w_block its first texel and scale word) as
+// w[i] * d + m: w holds the integer codes (times K4-K6X's sub-scale, still an exact integer),
+// or the exact values for float encodings, with d = 1 and m = 0, so a dot product can apply
+// d and m once per block.
+void load_block(uint blk, out vec4 w[8], out float d, out float m) {
+    uint first = block_texel(blk);
     if (QTYPE == QT_F32) {
         [[unroll]] for (uint i = 0; i < 8; i++) w[i] = uintBitsToFloat(texelFetch(WQ, int(first + i)));
         d = 1.0;
         m = 0.0;
+        return;
     } else if (QTYPE == QT_F16) {
         [[unroll]] for (uint i = 0; i < 4; i++) {
             uvec4 h = texelFetch(WQ, int(first + i));
@@ -117,23 +187,34 @@ void load_block(uint first, uint blk, out vec4 w[8], out float d, out float m) {
         }
         d = 1.0;
         m = 0.0;
-    } else if (QTYPE == QT_Q8_0) {
+        return;
+    } else if (INT8_CODES) {
         [[unroll]] for (uint i = 0; i < 2; i++) {
             uvec4 q = texelFetch(WQ, int(first + i));
             [[unroll]] for (uint c = 0; c < 4; c++) {
                 w[4 * i + c] = vec4(ivec4(uvec4(q[c]) << uvec4(24, 16, 8, 0)) >> 24);  // int8s
             }
         }
-        d = unpackHalf2x16(texelFetch(WS, int(blk)).x).x;
-        m = 0.0;
-    } else {  // Q4_0, Q4_1: byte j holds element j (low nibble) and element j + 16 (high)
+    } else {  // Q4_0, Q4_1, K4-K6X: byte j holds element j (low nibble) and j + 16 (high)
         uvec4 q = texelFetch(WQ, int(first));
         [[unroll]] for (uint c = 0; c < 4; c++) {
             w[c] = vec4((uvec4(q[c]) >> uvec4(0, 8, 16, 24)) & 15u);
             w[c + 4] = vec4((uvec4(q[c]) >> uvec4(4, 12, 20, 28)) & 15u);
         }
-        vec2 dm = unpackHalf2x16(texelFetch(WS, int(blk)).x);
-        d = dm.x;
-        m = QTYPE == QT_Q4_1 ? dm.y : -8.0 * dm.x;
+        if (PLANES) {
+            uvec2 h = high_words(blk);
+            [[unroll]] for (uint c = 0; c < 4; c++) {
+                w[c] += QTYPE == QT_K5 ? high_part(h.x, 4 * c) : high_part(h.x, 8 * c);
+                w[c + 4] += QTYPE == QT_K5 ? high_part(h.x, 16 + 4 * c) : high_part(h.y, 8 * c);
+            }
+        }
+    }
+    uvec2 words = scale_words(blk);
+    if (SBW != 0) {  // K4-K6X: w[0..3] are elements 0-15, w[4..7] 16-31
+        vec2 s;
+        k_scales(words, d, s, m);
+        [[unroll]] for (uint i = 0; i < 8; i++) w[i] *= i < 4 ? s.x : s.y;
+    } else {
+        plain_scales(words.x, d, m);
     }
 }

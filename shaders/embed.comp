@@ -9,7 +9,6 @@
 layout(local_size_x_id = 0) in;
 
 const uint NBD = D / 32;  // blocks per embedding row
-const uint TPB = QTYPE == QT_F32 ? 8 : (QTYPE == QT_F16 ? 4 : (QTYPE == QT_Q8_0 ? 2 : 1));
 
 void main() {
     uint id = gl_GlobalInvocationID.x;
@@ -20,7 +19,7 @@ void main() {
     uint blk = row * NBD + b;
     vec4 w[8];
     float d, m;
-    load_block(pc.w_texel + blk * TPB, pc.w_block + blk, w, d, m);
+    load_block(blk, w, d, m);
     uint base = pc.out_off + t * D + b * 32;
     [[unroll]] for (uint i = 0; i < 8; i++) {
         // Element order inside a block: vec4 i holds elements 4i .. 4i+3.

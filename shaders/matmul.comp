@@ -17,7 +17,9 @@ const uint NB = K / 32;                        // blocks per weight row
 const uint BPL = (NB + SPLIT - 1) / SPLIT;     // blocks per invocation (the most)
 const uint GROUPS = WG / SPLIT;                // row groups per workgroup
 const uint NR = MODE == MODE_GATEUP ? 2 * R : R;  // weight rows per row group
-const bool OFFSET = QTYPE == QT_Q4_1 || QTYPE == QT_Q4_0;  // blocks carry an additive m
+// Blocks carry an additive m (K6, Q6_K's, has none).
+const bool OFFSET = QTYPE == QT_Q4_1 || QTYPE == QT_Q4_0 || QTYPE == QT_Q8M
+                 || (SBW != 0 && QTYPE != QT_K6);
 
 const uint RED = NR * T + T;  // floats per invocation in `red`: partial dots, sums of squares
 shared float red[SPLIT > 1 ? WG * RED : 1];  // [WG, RED] partials, where shuffles cannot sum them
@@ -54,7 +56,7 @@ void add_block(uint b, uint row0, float valid) {
         wr = min(wr, MROWS - 1);  // rows past M compute garbage that is never stored
         vec4 w[8];
         float d, m;
-        load_block(pc.w_texel + (wr * NB + b) * TPB, pc.w_block + wr * NB + b, w, d, m);
+        load_block(wr * NB + b, w, d, m);
         [[unroll]] for (uint t = 0; t < T; t++) {
             vec4 s4 = w[0] * x[t * 8] + w[1] * x[t * 8 + 1] + w[2] * x[t * 8 + 2]
                     + w[3] * x[t * 8 + 3] + w[4] * x[t * 8 + 4] + w[5] * x[t * 8 + 5]

@@ -1,9 +1,8 @@
 // What every matrix product (matmul.comp, and through matmul_tiled.glsl matmul_tiled.comp and
-// matmul_coopmat.comp) shares beyond common.glsl: the block size of the weight encoding, the
+// matmul_coopmat.comp) shares beyond common.glsl (which has the encodings' block sizes): the
 // weight rows a gate|up matrix stores, and the epilogues by MODE, one output value at a time,
 // so that every product writes exactly the same numbers. Include after common.glsl.
 
-const uint TPB = QTYPE == QT_F32 ? 8 : (QTYPE == QT_F16 ? 4 : (QTYPE == QT_Q8_0 ? 2 : 1));
 const uint MROWS = MODE == MODE_GATEUP ? 2 * M : M;  // weight rows: gate rows, then up rows
 
 // MODE_QKV: rows (row, row + 1) of token tok are one pair. The q|k|v bias (QKV_BIAS), RoPE

@@ -27,26 +27,30 @@ uint weight_row(uint row0, uint i) {
 }
 
 // Elements [8p, 8p + 8) of block b of weight row wr, in two steps: fetch_w8 loads the words
-// (texels and the block's scale word) and decode_w8 dequantizes them (code * d + m), so that a
+// (texels and the block's scale words) and decode_w8 dequantizes them (code * d + m), so that a
 // shader can keep the loads in flight while it works on the previous block.
 struct RawW8 {
-    uvec4 a, b;  // payload texels (F32: both; Q8_0, F16, Q4_x: a)
-    uint s;      // the block's scale word (half2: d, m)
+    uvec4 a, b;  // payload texels (F32: both; K5-K6X: a, and b.x the high bits; others: a)
+    uvec2 s;     // the block's scale words (common.glsl's scale_words)
 };
 
 RawW8 fetch_w8(uint wr, uint b, uint p) {
-    uint first = pc.w_texel + (wr * NB + b) * TPB, blk = pc.w_block + wr * NB + b;
+    uint blk = wr * NB + b, first = block_texel(blk);
     RawW8 r;
     r.b = uvec4(0u);
-    r.s = 0u;
+    r.s = uvec2(0u);
     if (QTYPE == QT_F32) {
         r.a = texelFetch(WQ, int(first + 2 * p));
         r.b = texelFetch(WQ, int(first + 2 * p + 1));
     } else if (QTYPE == QT_F16) {
         r.a = texelFetch(WQ, int(first + p));
     } else {
-        r.a = texelFetch(WQ, int(first + (QTYPE == QT_Q8_0 ? p / 2 : 0)));
-        r.s = texelFetch(WS, int(blk)).x;
+        r.a = texelFetch(WQ, int(first + (INT8_CODES ? p / 2 : 0)));
+        r.s = scale_words(blk);
+        if (PLANES) {  // the word holding elements 8p .. 8p + 7's high bits
+            uvec2 h = high_words(blk);
+            r.b.x = SIX_BITS && p >= 2 ? h.y : h.x;
+        }
     }
     return r;
 }
@@ -64,18 +68,25 @@ void decode_w8(RawW8 r, uint p, out vec4 lo, out vec4 hi) {
     }
     float d, m;
     uint a = (p % 2) * 2;
-    if (QTYPE == QT_Q8_0) {  // texel i holds int8 elements 16i .. 16i + 15
+    if (INT8_CODES) {  // texel i holds int8 elements 16i .. 16i + 15
         lo = vec4(ivec4(uvec4(r.a[a]) << uvec4(24, 16, 8, 0)) >> 24);
         hi = vec4(ivec4(uvec4(r.a[a + 1]) << uvec4(24, 16, 8, 0)) >> 24);
-        d = unpackHalf2x16(r.s).x;
-        m = 0.0;
-    } else {  // Q4_0, Q4_1: byte j holds element j (low nibble) and element j + 16 (high)
+    } else {  // Q4_0, Q4_1, K4-K6X: byte j holds element j (low nibble) and j + 16 (high)
         uvec4 shift = uvec4(0, 8, 16, 24) + (p / 2) * 4;
         lo = vec4((uvec4(r.a[a]) >> shift) & 15u);
         hi = vec4((uvec4(r.a[a + 1]) >> shift) & 15u);
-        vec2 dm = unpackHalf2x16(r.s);
-        d = dm.x;
-        m = QTYPE == QT_Q4_1 ? dm.y : -8.0 * dm.x;
+        if (PLANES) {  // K5: element e at bit e; K6, K6X: at bits 2(e % 16) of its half's word
+            uint k = QTYPE == QT_K5 ? 8 * p : 16 * (p % 2);
+            lo += high_part(r.b.x, k);
+            hi += high_part(r.b.x, k + (QTYPE == QT_K5 ? 4 : 8));
+        }
+    }
+    if (SBW != 0) {  // K4-K6X: elements 0-15 (p 0, 1) take s0, 16-31 s1
+        vec2 s;
+        k_scales(r.s, d, s, m);
+        d *= p < 2 ? s.x : s.y;
+    } else {
+        plain_scales(r.s.x, d, m);
     }
     lo = lo * d + m;
     hi = hi * d + m;

@@ -38,6 +38,8 @@ pytest.importorskip("ggml", reason="ggml-python is not installed (needs a C comp
 
 from . import iq_blocks  # noqa: E402 - needs the ggml bindings
 
+# What a Vulkan refusal lists, in READ_TYPE_NAMES order.
+VULKAN_READS = ", ".join(n for n in READ_TYPE_NAMES if QT[n] in VULKAN_READ_TYPES)
 SHAPE = (16, 512)  # rows of two 256-weight super-blocks (IQ4_NL: sixteen 32-weight blocks)
 # ggml rounds a product's input to Q8_K (IQ4_NL: Q8_0) blocks; measured 0.5-0.7% of the
 # largest output on SHAPE, 2% leaves room without hiding a misread block (tens of percent).
@@ -169,32 +171,36 @@ def test_the_catalog_lists_an_iq_file_as_supported(iq_path) -> None:
     assert backends["numpy"] is None and backends["ggml"] is None
     assert backends["vulkan"] == (
         f"the Vulkan backend does not read {', '.join(n for n in READ_TYPE_NAMES if n in IDS)} "
-        f"weights (it reads F32, F16, Q8_0, Q4_0, Q4_1)")
+        f"weights (it reads {VULKAN_READS})")
 
 
 def test_vulkan_refuses_types_its_shaders_lack_and_auto_takes_a_cpu(iq_model, tmp_path) -> None:
-    """Before, `auto` kept Vulkan for any llama model and its upload then failed on a K-quant,
-    Q5_x, BF16 or IQ tensor; now the refusal comes first and the model runs on a CPU."""
+    """Before, `auto` kept Vulkan for any llama model and its upload then failed on a tensor
+    type its shaders lack (BF16, IQ, Q2_K); now the refusal comes first and the model
+    runs on a CPU. A Q4_K model stays on the GPU (tests/test_vulkan_kquant.py)."""
     class GpuBackendStandIn:  # what fit_to_model reads: the name and declared features
         name = "vulkan"
         features = VULKAN_FEATURES
 
     gpu = Choice(GpuBackendStandIn(), None)
-    k_quant = open_model(write_tiny_gguf(tmp_path / "q4k.gguf", TinySpec(
-        d_model=256, ffn_dim=256, tensor_type=QT.Q4_K))).config
+    bf16 = open_model(write_tiny_gguf(tmp_path / "bf16.gguf", TinySpec(
+        tensor_type=QT.BF16))).config
     q4_0 = open_model(write_tiny_gguf(tmp_path / "q40.gguf", TinySpec(
         tensor_type=QT.Q4_0))).config
-    assert problems_running(k_quant.features, "llama")["vulkan"] == (
-        "the Vulkan backend does not read Q4_K weights (it reads F32, F16, Q8_0, Q4_0, Q4_1)")
-    for cfg in (iq_model.config, k_quant):
+    k_quant = open_model(write_tiny_gguf(tmp_path / "q4k.gguf", TinySpec(
+        d_model=256, ffn_dim=256, tensor_type=QT.Q4_K))).config
+    assert problems_running(bf16.features, "llama")["vulkan"] == (
+        f"the Vulkan backend does not read BF16 weights (it reads {VULKAN_READS})")
+    for cfg in (iq_model.config, bf16):
         assert fit_to_model(gpu, "auto", cfg, tmp_path).backend.name == "ggml"
         assert fit_to_model(gpu, "vulkan", cfg, tmp_path) is gpu  # asked for: it refuses
-    assert fit_to_model(gpu, "auto", q4_0, tmp_path) is gpu
+    for cfg in (q4_0, k_quant):
+        assert fit_to_model(gpu, "auto", cfg, tmp_path) is gpu
 
 
 def test_vulkans_declared_types_are_those_its_upload_encodes() -> None:
     try:
-        from engine.backends.vulkan.chunks import ENCODINGS
+        from engine.backends.vulkan.encodings import SOURCES
     except ImportError as exc:  # the `vulkan` package: not every machine has it
         pytest.skip(f"the Vulkan backend does not import here: {exc}")
-    assert {int(t) for t in VULKAN_READ_TYPES} == set(ENCODINGS)
+    assert {int(t) for t in VULKAN_READ_TYPES} == set(SOURCES)

@@ -14,9 +14,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as QT
 
-from engine.backends.vulkan.chunks import ENCODINGS, Planner
+from engine.backends.vulkan.chunks import Planner
 from engine.backends.vulkan.loader import UnsupportedModelForVulkanError
 from engine.backends.vulkan.tuning import CPU, GPU
 from engine.conversation import Conversation
@@ -128,7 +129,8 @@ def test_a_kv_plane_past_the_limit_is_refused(tmp_path_factory, monkeypatch,
 
 
 def _info(rows: int, cols: int, qtype: int = 2) -> TensorInfo:
-    return TensorInfo(qtype, (cols, rows), 0, rows * cols // 32 * ENCODINGS[qtype][0])
+    elements, nbytes = GGML_QUANT_SIZES[QT(qtype)]
+    return TensorInfo(qtype, (cols, rows), 0, rows * cols // elements * nbytes)
 
 
 def test_an_8b_model_packs_under_the_h200s_texel_limit() -> None:

@@ -118,13 +118,14 @@ def test_unreadable_tensor_type_is_a_clear_error(tmp_path_factory, vk_backend) -
     """Refused by the one support function (backend_problem) before any upload, naming the
     types the shaders read; a config that does not record its types still meets the
     upload's own check."""
-    model = tiny(tmp_path_factory, QT.Q5_0)
+    model = tiny(tmp_path_factory, QT.BF16)
     with pytest.raises(UnsupportedModelForVulkanError) as exc:
         Conversation(model, POLICY, backend=vk_backend)
-    assert str(exc.value) == ("the Vulkan backend does not read Q5_0 weights (it reads F32, "
-                              "F16, Q8_0, Q4_0, Q4_1); use --backend ggml")
+    assert str(exc.value) == ("the Vulkan backend does not read BF16 weights (it reads F32, "
+                              "F16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K); "
+                              "use --backend ggml")
     unrecorded = replace(model, config=replace(model.config, tensor_types=()))
-    with pytest.raises(UnsupportedTensorTypeForVulkanError, match="Q5_0"):
+    with pytest.raises(UnsupportedTensorTypeForVulkanError, match="BF16"):
         Conversation(unrecorded, POLICY, backend=vk_backend)
 
 

@@ -64,6 +64,9 @@ class TinySpec:
     # in place of tensor_type: one model of several types. IQ and K-quant types need rows
     # of whole 256-weight blocks (d_model and ffn_dim multiples of 256).
     matrix_types: tuple[QT, ...] = ()
+    # The random K-quant blocks' f16 fields, per type, in place of K_QUANT_SCALES': (type,
+    # ((byte offset, value), ...)) pairs.
+    k_quant_scales: tuple = ()
 
     @property
     def hd(self) -> int:
@@ -73,14 +76,15 @@ class TinySpec:
 # K-quant super-blocks (256 weights) that gguf-py can dequantize but not produce: random bytes,
 # with the f16 scale fields (byte offsets in the block) set to sane values.
 K_QUANT_SCALES = {QT.Q4_K: ((0, 0.002), (2, 0.001)), QT.Q6_K: ((208, 0.0005),),
-                  QT.Q5_K: ((0, 0.002), (2, 0.001))}
+                  QT.Q5_K: ((0, 0.002), (2, 0.001)), QT.Q3_K: ((108, 0.001),)}
 
 
-def random_k_quant(shape: tuple[int, int], qtype: QT, rng: np.random.Generator) -> np.ndarray:
+def random_k_quant(shape: tuple[int, int], qtype: QT, rng: np.random.Generator,
+                   scales: dict | None = None) -> np.ndarray:
     block_elems, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
     rows, cols = shape
     blocks = rng.integers(0, 256, size=(rows * cols // block_elems, block_bytes), dtype=np.uint8)
-    for offset, value in K_QUANT_SCALES[qtype]:
+    for offset, value in (scales or K_QUANT_SCALES)[qtype]:
         blocks[:, offset : offset + 2] = np.frombuffer(np.float16(value).tobytes(), np.uint8)
     return blocks.reshape(rows, cols // block_elems * block_bytes)
 
@@ -256,7 +260,8 @@ def write_tiny_gguf(path: Path, spec: TinySpec = TinySpec(),
         qtype = spec.matrix_types[next(turn) % len(spec.matrix_types)] \
             if spec.matrix_types else spec.tensor_type
         if qtype in K_QUANT_SCALES:
-            w.add_tensor(name, random_k_quant(shape, qtype, rng), raw_dtype=qtype)
+            w.add_tensor(name, random_k_quant(shape, qtype, rng,
+                                              dict(spec.k_quant_scales) or None), raw_dtype=qtype)
         elif qtype == QT.F32:
             w.add_tensor(name, data)
         elif qtype == QT.F16:

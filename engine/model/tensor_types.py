@@ -3,8 +3,9 @@
 One table for loading (gguf_file.py refuses a tensor of any other type), the catalog (which
 lists such a file as unsupported, in the same words) and the backends, which declare the
 types they read as features (`<type>_weights`) beside the architecture FEATURES, so that
-`backend_problem` refuses a model whose tensors a backend cannot read (Vulkan's shaders read
-five types) and `--backend auto` moves it to a CPU backend.
+`backend_problem` refuses a model whose tensors a backend cannot read (Vulkan reads the floats,
+the 32-weight types and Q3_K-Q6_K, not BF16, Q2_K or the IQ types) and `--backend auto`
+moves it to a CPU backend.
 
 Every type here is one gguf-py dequantizes in numpy (`gguf.quants.dequantize`: the numpy
 backend's f32 image, model/weights.py) and ggml runs natively (the ggml backend computes on

@@ -22,6 +22,7 @@ if [ ! -x "$STATE/llama/bin/llama-bench" ]; then
     # wait for call 3, which has it joined).
     timeout 300 python3 -m pytest -q -p no:cacheprovider -o addopts="" -m "not real_model" \
         tests/test_vulkan_parity.py tests/test_vulkan_split.py tests/test_vulkan_prefill.py \
+        tests/test_vulkan_kquant.py \
         2>&1 | tail -25 | tee "$OUT/gpu-tests.log" || true
     # DURING_BUILD: a command to run here too, e.g. scripts/device/profile.sh (device
     # timestamps hold up while the build loads the CPUs; host figures do not).

@@ -12,6 +12,8 @@ loader; the backend itself (backend.py) is imported where it is started.
 | prefill.py | prefill's tiled dispatches, for chunks of `Tuning.tiled_from` tokens or more |
 | resources.py | a conversation's scratch buffers, step parameters and descriptor set |
 | weights.py | the model's weights in device memory, still quantized, from the GGUF |
+| chunks.py | where each matrix goes: offsets within chunks that fit one texel view |
+| encodings.py | the block encodings the shaders read; Q5_x and K-quants re-encoded, exactly |
 | pipelines.py | compute pipelines: the committed SPIR-V, one layout, specialization constants |
 | tuning.py | workgroup shapes per device kind, and the matmul tiling they imply |
 | coopmat.py | whether the device runs matmul_coopmat.comp, and what to enable for it |
@@ -30,12 +32,14 @@ from gguf import GGMLQuantizationType as _QT
 
 from ...model.tensor_types import features_of
 from .context import probe
+from .encodings import SOURCES
 from .loader import DeviceInfo, UnsupportedTensorTypeForVulkanError, VulkanUnavailableError
 
-# The tensor types the shaders read (weights.py's ENCODINGS, shaders/common.glsl's QT_*).
-# Declared as features, so that a model with any other type (K-quants, Q5_x, BF16, IQ) is
-# refused by backend_problem before its weights are uploaded, and `auto` runs it on a CPU.
-READ_TYPES: frozenset[_QT] = frozenset({_QT.F32, _QT.F16, _QT.Q4_0, _QT.Q4_1, _QT.Q8_0})
+# The tensor types the shaders read, as stored or re-encoded at upload (encodings.py's
+# SOURCES; shaders/common.glsl's QT_*). Declared as features, so that a model with any other
+# type (Q2_K, BF16, IQ) is refused by backend_problem before its weights are uploaded,
+# and `auto` runs it on a CPU.
+READ_TYPES: frozenset[_QT] = frozenset(_QT(t) for t in SOURCES)
 # Beyond the llama layout the shaders implement these architecture FEATURES (architecture.py),
 # each behind a specialization constant, so a model that does not need one runs none of it.
 ARCH_FEATURES: frozenset[str] = frozenset({"split_half_rope", "qkv_bias", "qk_norm",

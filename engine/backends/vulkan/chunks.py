@@ -18,29 +18,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gguf import GGMLQuantizationType
+from gguf import GGMLQuantizationType as QT
 
 from ...align import align_up
 from ...model.model import TensorInfo
+from .encodings import ENCODINGS, SOURCES, encoding_of
 from .loader import UnsupportedModelForVulkanError, UnsupportedTensorTypeForVulkanError
 
-# ggml type -> (bytes per 32-element block, texels per block, payload byte range, scale bytes).
-# The codes equal shaders/common.glsl's QT_* constants.
-ENCODINGS = {
-    0: (128, 8, (0, 128), 0),  # F32
-    1: (64, 4, (0, 64), 0),  # F16
-    2: (18, 1, (2, 18), 2),  # Q4_0: f16 d, 16 bytes of nibbles
-    3: (20, 1, (4, 20), 4),  # Q4_1: f16 d, f16 m, 16 bytes of nibbles
-    8: (34, 2, (2, 34), 2),  # Q8_0: f16 d, 32 int8s
-}
-# The package's READ_TYPES declares these to backend_problem, which refuses a model with any
-# other type before upload (tests/test_iq_types.py holds the two to each other).
-TYPE_NAMES = {code: GGMLQuantizationType(code).name for code in ENCODINGS}
+# The package's READ_TYPES declares the GGUF types SOURCES encodes to backend_problem, which
+# refuses a model with any other type before upload (tests/test_iq_types.py holds the two to
+# each other).
+TYPE_NAMES = {code: e.name for code, e in ENCODINGS.items()}
 
 
 @dataclass(frozen=True)
 class Matrix:
-    qtype: int  # ggml type code
+    qtype: int  # its encoding (encodings.py; the ggml type code for those stored as is)
     rows: int
     cols: int
     texel: int  # first texel in its chunk's payload buffer
@@ -51,9 +44,11 @@ class Matrix:
 
 @dataclass(frozen=True)
 class Copy:
-    """Blocks [first, first + count) of `tensor` go to `chunk` at (texel, block)."""
+    """32-element blocks [first, first + count) of `tensor` go to `chunk` at (texel, scale
+    word), in `encoding` (whole rows: a K-quant's 256-element blocks are never cut)."""
 
     tensor: str
+    encoding: int
     chunk: int
     texel: int
     block: int
@@ -71,7 +66,7 @@ class Planner:
 
     def __init__(self, tensors: dict[str, TensorInfo], max_texels: int):
         self.tensors, self.cap = tensors, max_texels
-        self.chunks: list[list[int]] = [[0, 0]]  # per chunk: [texels, blocks] used
+        self.chunks: list[list[int]] = [[0, 0]]  # per chunk: [texels, scale words] used
         self.floats = 0
         self.copies: list[Copy] = []
         self.vectors: list[tuple[str, int]] = []  # (tensor, vec offset)
@@ -80,30 +75,33 @@ class Planner:
         t = self.tensors.get(name)
         if t is None:
             raise UnsupportedTensorTypeForVulkanError(f"model has no tensor {name!r}")
-        if t.ggml_type not in ENCODINGS:
+        if t.ggml_type not in SOURCES:
             try:
-                kind = GGMLQuantizationType(t.ggml_type).name
+                kind = QT(t.ggml_type).name
             except ValueError:
                 kind = f"ggml type {t.ggml_type}"
             raise UnsupportedTensorTypeForVulkanError(
                 f"tensor {name} is {kind}; the Vulkan backend reads "
-                f"{', '.join(TYPE_NAMES.values())} (use --backend numpy)")
+                f"{', '.join(QT(c).name for c in SOURCES)} (use --backend numpy)")
         return t
 
     def _infos(self, names: tuple[str, ...]) -> tuple[int, int, list[TensorInfo]]:
         infos = [self.info(n) for n in names]
-        qtype, cols = infos[0].ggml_type, infos[0].shape[0]
-        if any(i.ggml_type != qtype or i.shape[0] != cols for i in infos):
+        qtype, cols = encoding_of([i.ggml_type for i in infos]), infos[0].shape[0]
+        if qtype is None or any(i.shape[0] != cols for i in infos):
             raise UnsupportedTensorTypeForVulkanError(
-                f"tensors {', '.join(names)} mix types or widths; the Vulkan backend fuses them")
-        if cols % 32:
+                f"tensors {', '.join(names)} mix widths, or types of no common encoding (a "
+                f"float with a quantized type, a K-quant with a 32-weight type); the Vulkan "
+                f"backend fuses them")
+        if cols % (32 * ENCODINGS[qtype].group):  # K-quant files have whole super-blocks
             raise UnsupportedTensorTypeForVulkanError(
-                f"tensor {names[0]} rows of {cols} are not whole 32-element blocks")
+                f"tensor {names[0]} rows of {cols} are not whole "
+                f"{32 * ENCODINGS[qtype].group}-element blocks")
         return qtype, cols, infos
 
-    def _room(self, texels: int, blocks: int) -> bool:
-        used_t, used_b = self.chunks[-1]
-        return used_t + texels <= self.cap and used_b + blocks <= self.cap
+    def _room(self, texels: int, words: int) -> bool:
+        used_t, used_w = self.chunks[-1]
+        return used_t + texels <= self.cap and used_w + words <= self.cap
 
     def matrix(self, *names: str, pieces: bool = False,
                interleave: dict[str, tuple[int, int]] | None = None) -> tuple[Matrix, ...]:
@@ -112,43 +110,45 @@ class Planner:
         `interleave`: tensor -> (head width, rows) of those whose RoPE pairs are split-half
         (Copy)."""
         qtype, cols, infos = self._infos(names)
-        tpb, rows = ENCODINGS[qtype][1], sum(i.shape[1] for i in infos)
+        enc, rows = ENCODINGS[qtype], sum(i.shape[1] for i in infos)
         blocks = rows * cols // 32
-        if not self._room(blocks * tpb, blocks) and self.chunks[-1] != [0, 0]:
+        texels, words = enc.payload_texels(blocks), enc.scale_words(blocks)
+        if not self._room(texels, words) and self.chunks[-1] != [0, 0]:
             self.chunks.append([0, 0])
-        if self._room(blocks * tpb, blocks):
+        if self._room(texels, words):
             chunk, (texel, block) = len(self.chunks) - 1, self.chunks[-1]
             m = Matrix(qtype, rows, cols, texel, block, chunk)
             for name, i in zip(names, infos):
                 n = i.shape[0] * i.shape[1] // 32
                 width, rotated = (interleave or {}).get(name, (0, 0))
-                self.copies.append(Copy(name, chunk, texel, block, 0, n, width, rotated))
-                texel, block = texel + n * tpb, block + n
+                self.copies.append(Copy(name, qtype, chunk, texel, block, 0, n, width, rotated))
+                texel, block = texel + enc.payload_texels(n), block + enc.scale_words(n)
             self.chunks[-1] = [texel, block]
             return (m,)
         if not pieces or len(names) > 1:
             raise UnsupportedModelForVulkanError(
-                f"tensor {'+'.join(names)}: {blocks * tpb} texels exceed this device's "
-                f"maxTexelBufferElements of {self.cap}")
+                f"tensor {'+'.join(names)}: {texels} texels or {words} scale words exceed "
+                f"this device's maxTexelBufferElements of {self.cap}")
         return self._pieces(names[0], qtype, rows, cols)
 
     def _pieces(self, name: str, qtype: int, rows: int, cols: int) -> tuple[Matrix, ...]:
-        nb, tpb = cols // 32, ENCODINGS[qtype][1]
-        if nb * tpb > self.cap:
+        nb, enc = cols // 32, ENCODINGS[qtype]
+        tpr, wpr = enc.payload_texels(nb), enc.scale_words(nb)  # texels, scale words a row
+        if max(tpr, wpr) > self.cap:
             raise UnsupportedModelForVulkanError(
-                f"tensor {name}: one row of {nb * tpb} texels exceeds this device's "
-                f"maxTexelBufferElements of {self.cap}")
+                f"tensor {name}: one row of {tpr} texels and {wpr} scale words "
+                f"exceeds this device's maxTexelBufferElements of {self.cap}")
         out, row = [], 0
         while row < rows:
             texel, block = self.chunks[-1]
-            fit = min((self.cap - texel) // (nb * tpb), (self.cap - block) // nb, rows - row)
+            fit = min((self.cap - texel) // tpr, (self.cap - block) // wpr, rows - row)
             if fit == 0:
                 self.chunks.append([0, 0])
                 continue
             chunk = len(self.chunks) - 1
-            self.copies.append(Copy(name, chunk, texel, block, row * nb, fit * nb))
+            self.copies.append(Copy(name, qtype, chunk, texel, block, row * nb, fit * nb))
             out.append(Matrix(qtype, fit, cols, texel, block, chunk, row))
-            self.chunks[-1] = [texel + fit * nb * tpb, block + fit * nb]
+            self.chunks[-1] = [texel + fit * tpr, block + fit * wpr]
             row += fit
         return tuple(out)
 

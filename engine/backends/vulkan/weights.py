@@ -1,12 +1,13 @@
 """The model's weights in device memory, still quantized, read straight from the GGUF.
 
-Each matrix is stored as its 32-element GGUF blocks split in two: the block payload (quantized
-codes, or raw floats) as RGBA32UI texels in `wq`, and the block's f16 scale(s) as one uint32
-word in `ws`. Matrices that one dispatch reads together (q|k|v, gate|up) are stored back to
-back, so they read as one taller matrix. Where the payload or the scales exceed one texel view
-(maxTexelBufferElements), the matrices are packed into several chunks, each its own `wq`/`ws`
-pair (chunks.py). Norm weights and the RoPE tables go to `vec` (f32). The GGUF is
-memory-mapped only while uploading, so its pages leave RSS afterwards.
+Each matrix is stored as 32-element blocks split in two: the block payload (quantized codes,
+or raw floats) as RGBA32UI texels in `wq`, and the block's scale(s) as one or two uint32 words
+in `ws`: the GGUF's own blocks where the shaders read its type, else a lossless re-encoding
+(encodings.py: Q5_x and the K-quants). Matrices that one dispatch reads together (q|k|v,
+gate|up) are stored back to back, so they read as one taller matrix. Where the payload or the
+scales exceed one texel view (maxTexelBufferElements), the matrices are packed into several
+chunks, each its own `wq`/`ws` pair (chunks.py). Norm weights and the RoPE tables go to `vec`
+(f32). The GGUF is memory-mapped only while uploading, so its pages leave RSS afterwards.
 """
 
 from __future__ import annotations
@@ -15,13 +16,18 @@ import mmap
 from dataclasses import dataclass
 
 import numpy as np
+from gguf import GGML_QUANT_SIZES
+from gguf import GGMLQuantizationType as QT
 
 from ...model.architecture import SPLIT_HALF
 from ...model.model import Model, TensorInfo
 from .buffers import DeviceBuffer, device_buffer, staging_buffer
-from .chunks import ENCODINGS, TYPE_NAMES, Copy, Matrix, Planner
+from .chunks import TYPE_NAMES, Copy, Matrix, Planner
 from .context import Context
+from .encodings import ENCODINGS, STORED, encode, form_of, stored_as_is
 from .upload import copy_buffers
+
+RECODE_BLOCKS = 1 << 18  # 32-element blocks re-encoded at a time (a multiple of 8)
 
 
 @dataclass(frozen=True)
@@ -144,22 +150,36 @@ def _fill(ctx: Context, dest: list[DeviceBuffer], write) -> None:
 
 def _copy_blocks(raw: np.ndarray, t: TensorInfo, wq: np.ndarray, ws: np.ndarray,
                  cp: Copy) -> None:
-    block_bytes, tpb, (lo, hi), scale_bytes = ENCODINGS[t.ggml_type]
-    start = t.offset + cp.first * block_bytes
-    blocks = raw[start : start + cp.count * block_bytes].reshape(cp.count, block_bytes)
+    elements, block_bytes = GGML_QUANT_SIZES[QT(t.ggml_type)]
+    if elements == 1:  # F32, F16: read in blocks of 32 as the others
+        elements, block_bytes = 32, 32 * block_bytes
+    per = elements // 32  # 32-element blocks per GGUF block: 1, or a K-quant's 8
+    start = t.offset + cp.first // per * block_bytes
+    count = cp.count // per
+    blocks = raw[start : start + count * block_bytes].reshape(count, block_bytes)
     if cp.interleave:  # whole tensor: row 2i of each head from row i, 2i + 1 from i + width/2
-        nb, width = t.shape[0] // 32, cp.interleave
-        rows = cp.count // nb
+        nb, width = t.shape[0] // 32 // per, cp.interleave
+        rows = count // nb
         src = np.arange(rows)
         i = src[: cp.rotated] % width
         src[: cp.rotated] += i // 2 + (i % 2) * (width // 2) - i
-        blocks = blocks.reshape(rows, nb, block_bytes)[src].reshape(cp.count, block_bytes)
-    payload = wq[cp.texel * 4 : (cp.texel + cp.count * tpb) * 4].view(np.uint8)
-    payload.reshape(cp.count, tpb * 16)[:] = blocks[:, lo:hi]
-    scales = ws[cp.block : cp.block + cp.count]
-    if scale_bytes == 4:
-        scales[:] = blocks[:, 0:4].copy().view("<u4").ravel()
-    elif scale_bytes == 2:
-        scales[:] = blocks[:, 0:2].copy().view("<u2").ravel()
-    else:
-        scales[:] = 0
+        blocks = blocks.reshape(rows, nb, block_bytes)[src].reshape(count, block_bytes)
+    enc = ENCODINGS[cp.encoding]  # rows of payload and scales: one per group of blocks
+    payload = wq[cp.texel * 4 : (cp.texel + enc.payload_texels(cp.count)) * 4].view(np.uint8)
+    payload = payload.reshape(-1, enc.texels * 16)
+    scales = ws[cp.block : cp.block + enc.scale_words(cp.count)].reshape(-1, enc.words)
+    if stored_as_is(t.ggml_type, cp.encoding):  # a group is a block
+        (lo, hi), scale_bytes = STORED[t.ggml_type]
+        payload[:] = blocks[:, lo:hi]
+        if scale_bytes == 4:
+            scales[:] = blocks[:, 0:4].copy().view("<u4")
+        elif scale_bytes == 2:
+            scales[:] = blocks[:, 0:2].copy().view("<u2")
+        else:
+            scales[:] = 0
+        return
+    step = RECODE_BLOCKS // per  # GGUF blocks at a time: bounds the temporaries
+    for at in range(0, count, step):
+        part = blocks[at : at + step]
+        groups = slice(at * per // enc.group, (at + len(part)) * per // enc.group)
+        payload[groups], scales[groups] = encode(form_of(part, t.ggml_type), cp.encoding)
