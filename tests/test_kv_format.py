@@ -1,5 +1,6 @@
 """Values stored by dimension (state/kv_format.py): the arena's by-slot view, eviction's
-compaction along the stored axis, and the layout checks."""
+compaction along the stored axis, window planes (Gemma 3) stored alike, and the layout
+checks."""
 
 from __future__ import annotations
 
@@ -55,6 +56,35 @@ def test_eviction_compacts_values_stored_either_way_alike(tiny_model) -> None:
     np.testing.assert_allclose(b.k_cache[:, :n], a.k_cache[:, :n], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(by_dim.forward.decode_one_token(9),
                                by_slot.forward.decode_one_token(9), rtol=1e-4, atol=1e-4)
+
+
+def test_window_planes_by_dimension_follow_by_slot(tmp_path) -> None:
+    """Gemma 3's window value planes take the ring's format: numpy reading them by dimension
+    through rolled windows and evictions gives the by-slot logits, and a snapshot of one
+    restores into the other."""
+    from engine.model.model import load_model
+    from engine.snapshot.chain import restore
+    from engine.snapshot.snapshotter import Snapshotter
+
+    from .test_gemma3 import write_gemma
+
+    model = load_model(write_gemma(tmp_path), tmp_path / "cache")
+    convs = [Conversation(model, POLICY), Conversation(model, POLICY, backend=ByDimensionNumpy())]
+    assert not stored_by_dimension(convs[0].arena.views().vw_cache)
+    assert stored_by_dimension(convs[1].arena.views().vw_cache)
+    ids = [int(t) for t in np.random.default_rng(3).integers(4, 5000, 100)]
+    runs = []
+    for conv in convs:
+        conv.ingest(ids[:30])
+        runs.append(np.stack([conv.forward.decode_one_token(t).copy() for t in ids[30:]]))
+    assert convs[0].ring.evicted == convs[1].ring.evicted > 0
+    np.testing.assert_allclose(runs[1], runs[0], rtol=1e-4, atol=1e-4)
+    path = Snapshotter(convs[1], tmp_path / "w.snapshot.bin").save("").path
+    target = Conversation(model, POLICY)
+    restore(target, path)
+    np.testing.assert_array_equal(target.arena.views().vw_cache, convs[1].arena.views().vw_cache)
+    np.testing.assert_allclose(target.forward.decode_one_token(7),
+                               convs[1].forward.decode_one_token(7), rtol=1e-4, atol=1e-4)
 
 
 def test_kv_formats_refuse_other_element_types() -> None:

@@ -41,12 +41,24 @@ STATE_REGIONS = (
 LAYER_PLANES = ("kw_cache", "vw_cache", "conv_state", "delta_conv", "delta_state")
 
 
-def add_layer_planes(lay: ArenaLayout, cfg: ModelConfig, key_dtype: np.dtype | type) -> None:
+def add_value_plane(lay: ArenaLayout, name: str, kv: KVFormat, planes: int, rows: int,
+                    kv_dim: int) -> None:
+    """`planes` planes of `rows` values each, as the backend's format keeps values: by slot
+    (planes, rows, kv_dim), or by dimension, stored (planes, kv_dim, rows) and seen as the
+    former (kv_format.py)."""
+    if kv.values_by_dimension:
+        lay.add(name, kv.value_dtype, (planes, kv_dim, rows), view_axes=(0, 2, 1))
+    else:
+        lay.add(name, kv.value_dtype, (planes, rows, kv_dim))
+
+
+def add_layer_planes(lay: ArenaLayout, cfg: ModelConfig, kv: KVFormat) -> None:
     """The state of layers outside the ring, one plane per layer of each kind.
 
-    WINDOW layers keep the newest `cfg.window` tokens' keys and values in a circular plane:
-    the token the ring's clock stamped c (1, 2, ...) sits in row (c - 1) % window, its key
-    rotated (with the window's RoPE base) to the same position as the ring's layers gave it.
+    WINDOW layers keep the newest `cfg.window` tokens' keys and values in a circular plane
+    (in the ring's format `kv`): the token the ring's clock stamped c (1, 2, ...) sits in row
+    (c - 1) % window, its key rotated (with the window's RoPE base) to the same position as
+    the ring's layers gave it.
     CONV layers keep their short convolution's carry: the last conv_kernel - 1 inputs,
     oldest first. DELTA layers keep their convolution's carry (the last conv_kernel - 1 rows
     of q | k | v, oldest first) and their delta-rule state: per value head a head x head
@@ -57,8 +69,8 @@ def add_layer_planes(lay: ArenaLayout, cfg: ModelConfig, key_dtype: np.dtype | t
     n_window, n_conv = len(cfg.layers_of(WINDOW)), len(cfg.layers_of(CONV))
     n_delta = len(cfg.layers_of(DELTA))
     if n_window:
-        lay.add("kw_cache", key_dtype, (n_window, cfg.window, cfg.kv_dim))
-        lay.add("vw_cache", np.float32, (n_window, cfg.window, cfg.kv_dim))
+        lay.add("kw_cache", kv.key_dtype, (n_window, cfg.window, cfg.kv_dim))
+        add_value_plane(lay, "vw_cache", kv, n_window, cfg.window, cfg.kv_dim)
     if n_conv:
         lay.add("conv_state", np.float32, (n_conv, cfg.conv_kernel - 1, cfg.d_model))
     if n_delta:
@@ -86,11 +98,8 @@ def conversation_layout(cfg: ModelConfig, policy: RingPolicy, kv: KVFormat = REF
     # Persistent ring state. Slots [0, n_active) are live, anchors first, oldest to newest.
     # Plane j is the j-th FULL layer's (cfg.layers_of(FULL)[j]): every layer in most models.
     lay.add("k_cache", kv.key_dtype, (L, S, cfg.kv_dim))  # keys, RoPE applied at slot_pos
-    if kv.values_by_dimension:  # stored (L, kv_dim, S), seen (L, S, kv_dim): kv_format.py
-        lay.add("v_cache", kv.value_dtype, (L, cfg.kv_dim, S), view_axes=(0, 2, 1))
-    else:
-        lay.add("v_cache", kv.value_dtype, (L, S, cfg.kv_dim))
-    add_layer_planes(lay, cfg, kv.key_dtype)
+    add_value_plane(lay, "v_cache", kv, L, S, cfg.kv_dim)
+    add_layer_planes(lay, cfg, kv)
     lay.add("slot_clock", np.uint64, (S,))  # ingest clock of each slot's token
     lay.add("slot_pos", np.int32, (S,))  # RoPE position the key was rotated to
     lay.add("slot_active", np.uint8, (S,))

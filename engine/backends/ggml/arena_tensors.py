@@ -59,8 +59,9 @@ class ArenaTensors:
             kw_plane, vw_plane = (layout[n].nbytes // n_window for n in ("kw_cache", "vw_cache"))
             self.kw_cache = tuple(region("kw_cache", kinds[layout["kw_cache"].dtype], kv_dim, W,
                                          offset=i * kw_plane) for i in range(n_window))
-            self.vw_cache = tuple(region("vw_cache", f32, kv_dim, W, offset=i * vw_plane)
-                                  for i in range(n_window))
+            vw_ne = (W, kv_dim) if self.values_by_dimension else (kv_dim, W)  # as the ring's
+            self.vw_cache = tuple(region("vw_cache", kinds[layout["vw_cache"].dtype], *vw_ne,
+                                         offset=i * vw_plane) for i in range(n_window))
         # CONV layers' carries, (taps - 1, d_model) each in numpy's order.
         self.conv_state: tuple[Tensor, ...] = ()
         if "conv_state" in layout:

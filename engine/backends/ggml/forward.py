@@ -90,11 +90,11 @@ class GgmlForward(ForwardPass):
             inp.tokens[:] = chunk
             np.add(v.slot_index[:C], span.pos, out=inp.positions)
             np.add(v.slot_index[:C], n, out=inp.slots, casting="unsafe")
-            graph.place_values()
             inp.mask[:, :, :n] = 0.0
             inp.mask[:, :, n:N] = v.p_causal[:C, None, :C]
             inp.mask[:, :, N:] = -np.inf
             self._window_inputs(inp)
+            graph.place_values()
             return self._backend.run(graph, timed=False, should_stop=should_stop)
         finally:
             graph.close()
@@ -110,10 +110,10 @@ class GgmlForward(ForwardPass):
         inp.tokens[0] = token
         inp.positions[0] = span.pos
         inp.slots[0] = span.start
-        graph.place_values()
         inp.mask[0, :, :N] = 0.0
         inp.mask[0, :, N:] = -np.inf
         self._window_inputs(inp)
+        graph.place_values()
         self._backend.run(graph, timed=True)
         self.ring.commit(span, v.mass)
         return v.logits

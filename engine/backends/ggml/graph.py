@@ -46,6 +46,9 @@ class StepInputs:
     # or the plane's old rows then the chunk's own keys (prefill).
     wslots: np.ndarray
     wmask: np.ndarray  # (n_q, G, window keys)
+    # Window value planes stored by dimension (empty otherwise): where the values of the
+    # newest min(n_q, window) tokens land in a plane flattened, (kept, kv_dim) int64.
+    window_value_slots: np.ndarray
 
 
 class StepGraph:
@@ -72,6 +75,7 @@ class StepGraph:
         G = cfg.group_size
         windowed = "wslots" in inputs
         by_dimension = "value_slots" in inputs
+        kept = min(n_q, cfg.window) if windowed and by_dimension else 0
         self.inputs = StepInputs(
             tokens=tensor_array(inputs["tokens"], np.int32),
             positions=tensor_array(inputs["positions"], np.int32),
@@ -82,22 +86,29 @@ class StepGraph:
             wslots=tensor_array(inputs["wslots"], np.int64) if windowed else np.empty(0),
             wmask=(tensor_array(inputs["wmask"], np.float32).reshape(n_q, G, -1) if windowed
                    else np.empty((0, 0, 0), np.float32)),
+            window_value_slots=(
+                tensor_array(inputs["wvalue_slots"], np.int64).reshape(kept, cfg.kv_dim) if kept
+                else np.empty((0, 0), np.int64)),
         )
         # Constants, written once: ones for summing rows, 0..rows-1 for whole-matrix gathers.
         tensor_array(inputs["ones"], np.float32)[:] = 1.0
         if "arange" in inputs:
             arange = tensor_array(inputs["arange"], np.int32)
             arange[:] = np.arange(arange.shape[0], dtype=np.int32)
-        slots = arena.k_cache[0].contents.ne[1]
-        self._dimension_offsets = np.arange(cfg.kv_dim if by_dimension else 0,
-                                            dtype=np.int64) * slots
+        dims = np.arange(cfg.kv_dim if by_dimension else 0, dtype=np.int64)
+        self._dimension_offsets = dims * arena.k_cache[0].contents.ne[1]  # a ring plane's rows
+        self._window_dimension_offsets = dims * cfg.window if kept else dims[:0]
 
     def place_values(self) -> None:
-        """Where the new tokens' values go, from their slots (once `inputs.slots` is filled):
-        a plane stored by dimension takes each of a token's values in its own row."""
+        """Where the new tokens' values go, from their ring slots and window rows (once
+        `inputs.slots` and `inputs.wslots` are filled): a plane stored by dimension takes each
+        of a token's values in its own row."""
+        inp = self.inputs
         if self._dimension_offsets.size:
-            np.add(self.inputs.slots[:, None], self._dimension_offsets,
-                   out=self.inputs.value_slots)
+            np.add(inp.slots[:, None], self._dimension_offsets, out=inp.value_slots)
+        if self._window_dimension_offsets.size:
+            newest = inp.wslots[inp.wslots.shape[0] - inp.window_value_slots.shape[0]:]
+            np.add(newest[:, None], self._window_dimension_offsets, out=inp.window_value_slots)
 
     def close(self) -> None:
         self._free()
@@ -158,6 +169,9 @@ class _Builder(Attend, HybridBlocks, DeltaBlocks):
             self.window_inputs = (self.input("wslots", g.GGML_TYPE_I64, n_q),
                                   self.input("wmask", g.GGML_TYPE_F32, window_keys,
                                              cfg.group_size * n_q))
+            self.window_value_slots = (
+                self.input("wvalue_slots", g.GGML_TYPE_I64, min(n_q, cfg.window) * cfg.kv_dim)
+                if self.arena.values_by_dimension else None)
         mass = None
         for layer, lw in enumerate(w.layers):
             plane = cfg.plane(layer)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 class HybridBlocks:
     """A mixin of graph.py's _Builder: it supplies g, ctx, cfg, arena, window_inputs,
-    window_rows, emit, norm, rope, project_qkv, matmul and attend."""
+    window_value_slots, window_rows, emit, norm, rope, project_qkv, matmul and attend."""
 
     def window_attention(self, plane: int, lw, x, positions, n_q: int):
         """A WINDOW layer over its circular plane (numpy/window.py has the rules). Decode
@@ -25,17 +25,28 @@ class HybridBlocks:
         k = g.ggml_reshape_2d(ctx, k, cfg.kv_dim, n_q)
         kept = min(n_q, cfg.window)  # a chunk longer than the window keeps its newest rows
         rows = self.last_rows(wslots, kept, flat=True)
-        stores = (g.ggml_set_rows(ctx, kw, self.last_rows(k, kept), rows),
-                  g.ggml_set_rows(ctx, vw, self.last_rows(v, kept), rows))
+        by_dimension = self.window_value_slots is not None  # as the ring's values (graph.py)
+        if by_dimension:  # every value a row of one element, at window_value_slots
+            flat = g.ggml_reshape_2d(ctx, vw, 1, cfg.window * cfg.kv_dim)
+            newest = g.ggml_reshape_2d(ctx, self.last_rows(v, kept), 1, kept * cfg.kv_dim)
+            v_store = g.ggml_set_rows(ctx, flat, newest, self.window_value_slots)
+        else:
+            v_store = g.ggml_set_rows(ctx, vw, self.last_rows(v, kept), rows)
+        stores = (g.ggml_set_rows(ctx, kw, self.last_rows(k, kept), rows), v_store)
         if n_q == 1:
             for store in stores:
                 self.emit(store)
             keys, values, n_keys = kw, vw, self.window_rows
         else:
             keys = g.ggml_concat(ctx, kw, g.ggml_cast(ctx, k, kw.contents.type), 1)
-            values = g.ggml_concat(ctx, vw, v, 1)
+            if by_dimension:  # the plane's rows of slots, then the chunk's own, per dimension
+                own = g.ggml_cast(ctx, g.ggml_transpose(ctx, v), vw.contents.type)
+                values = g.ggml_concat(ctx, vw, own, 0)
+            else:
+                values = g.ggml_concat(ctx, vw, v, 1)
             n_keys = cfg.window + n_q
-        out, _ = self.attend(q, keys, values, wmask, n_q, n_keys)
+        out, _ = self.attend(q, keys, values, wmask, n_q, n_keys,
+                             values_by_dimension=by_dimension)
         out = self.matmul(lw.wo, out)
         if n_q > 1:
             self.emit(out)  # every read of the old rows comes before they are overwritten
