@@ -5,8 +5,10 @@ Three steps, because the two engines live in different virtual environments:
     VENV/bin/python scripts/decode_vs_ring.py llama OUT_LLAMA.json [--model PATH]
     VENV/bin/python scripts/decode_vs_ring.py plot OUT_CHANNEL.json OUT_LLAMA.json PNG
 (VENV has llama-cpp-python, the `llamacpp` extra, and matplotlib.) Each measurement fills the
-context to an occupancy with one prefill, then times DECODE_TOKENS decode steps on fixed
-tokens, REPEATS times, and keeps the median. Run it on an otherwise idle machine.
+context to an occupancy with one prefill, takes one untimed decode step (Channel builds the
+graph of a new context bucket there, as `channel bench` also leaves out), then times
+DECODE_TOKENS decode steps on fixed tokens, REPEATS times, and keeps the median. Run it on an
+otherwise idle machine.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ def measure_channel(model: str | None, occupancy: tuple[int, ...]) -> dict[int, 
         for rep in range(REPEATS):
             conv = Conversation(loaded, backend=backend)
             conv.ingest(tokens(max(fill, 1), vocab, 1))
-            steps = tokens(DECODE_TOKENS, vocab, 2 + rep)
+            warm_up, *steps = tokens(DECODE_TOKENS + 1, vocab, 2 + rep)
+            conv.forward.decode_one_token(warm_up)
             start = time.perf_counter()
             for token in steps:
                 conv.forward.decode_one_token(token)
@@ -72,7 +75,8 @@ def measure_llama(model: str | None, threads: int,
         for rep in range(REPEATS):
             llm.reset()
             llm.eval(tokens(max(fill, 1), vocab, 1))
-            steps = tokens(DECODE_TOKENS, vocab, 2 + rep)
+            warm_up, *steps = tokens(DECODE_TOKENS + 1, vocab, 2 + rep)
+            llm.eval([warm_up])
             start = time.perf_counter()
             for token in steps:
                 llm.eval([token])

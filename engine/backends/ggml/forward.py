@@ -94,7 +94,7 @@ class GgmlForward(ForwardPass):
             inp.mask[:, :, n:N] = v.p_causal[:C, None, :C]
             inp.mask[:, :, N:] = -np.inf
             self._window_inputs(inp)
-            graph.place_values()
+            graph.inputs.place_values()
             return self._backend.run(graph, timed=False, should_stop=should_stop)
         finally:
             graph.close()
@@ -113,7 +113,7 @@ class GgmlForward(ForwardPass):
         inp.mask[0, :, :N] = 0.0
         inp.mask[0, :, N:] = -np.inf
         self._window_inputs(inp)
-        graph.place_values()
+        graph.inputs.place_values()
         self._backend.run(graph, timed=True)
         self.ring.commit(span, v.mass)
         return v.logits

@@ -16,7 +16,6 @@ DELTA layers (Qwen3.5) read and write their carries and states in the arena's pl
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,29 +25,11 @@ from .arena_tensors import ArenaTensors
 from .attend import Attend
 from .delta_block import DeltaBlocks
 from .hybrid_blocks import HybridBlocks
-from .lib import array_at, data_address, free_with, ggml
+from .lib import free_with, ggml
+from .step_inputs import StepInputs
 from .weights import GgmlWeights
 
 GRAPH_NODES = 8192  # comfortably above the ~40 nodes per layer of the deepest model we run
-
-
-@dataclass
-class StepInputs:
-    tokens: np.ndarray  # (n_q,) int32: token ids
-    positions: np.ndarray  # (n_q,) int32: RoPE position of each new token
-    slots: np.ndarray  # (n_q,) int64: ring slot each new token's K/V is written to
-    # Values stored by dimension (empty otherwise): where each new value lands in a layer's
-    # plane flattened, (n_q, kv_dim) int64: dimension j of the token in slot s at j * S + s.
-    value_slots: np.ndarray
-    mask: np.ndarray  # (n_q, G, n_kv) float32: 0 where query row may attend a slot, else -inf
-    # WINDOW layers (empty where there are none): the circular row of each new token, and
-    # the mask over the keys a window layer attends: its plane's rows (decode, written first)
-    # or the plane's old rows then the chunk's own keys (prefill).
-    wslots: np.ndarray
-    wmask: np.ndarray  # (n_q, G, window keys)
-    # Window value planes stored by dimension (empty otherwise): where the values of the
-    # newest min(n_q, window) tokens land in a plane flattened, (kept, kv_dim) int64.
-    window_value_slots: np.ndarray
 
 
 class StepGraph:
@@ -72,54 +53,10 @@ class StepGraph:
         inputs = builder.build(n_q, n_kv, hidden_rows=hidden_rows)
         if not g.ggml_gallocr_alloc_graph(allocator, self.graph):
             raise MemoryError(f"ggml could not allocate a graph for {n_q} x {n_kv}")
-        G = cfg.group_size
-        windowed = "wslots" in inputs
-        by_dimension = "value_slots" in inputs
-        kept = min(n_q, cfg.window) if windowed and by_dimension else 0
-        self.inputs = StepInputs(
-            tokens=tensor_array(inputs["tokens"], np.int32),
-            positions=tensor_array(inputs["positions"], np.int32),
-            slots=tensor_array(inputs["slots"], np.int64),
-            value_slots=(tensor_array(inputs["value_slots"], np.int64).reshape(n_q, cfg.kv_dim)
-                         if by_dimension else np.empty((0, 0), np.int64)),
-            mask=tensor_array(inputs["mask"], np.float32).reshape(n_q, G, n_kv),
-            wslots=tensor_array(inputs["wslots"], np.int64) if windowed else np.empty(0),
-            wmask=(tensor_array(inputs["wmask"], np.float32).reshape(n_q, G, -1) if windowed
-                   else np.empty((0, 0, 0), np.float32)),
-            window_value_slots=(
-                tensor_array(inputs["wvalue_slots"], np.int64).reshape(kept, cfg.kv_dim) if kept
-                else np.empty((0, 0), np.int64)),
-        )
-        # Constants, written once: ones for summing rows, 0..rows-1 for whole-matrix gathers.
-        tensor_array(inputs["ones"], np.float32)[:] = 1.0
-        if "arange" in inputs:
-            arange = tensor_array(inputs["arange"], np.int32)
-            arange[:] = np.arange(arange.shape[0], dtype=np.int32)
-        dims = np.arange(cfg.kv_dim if by_dimension else 0, dtype=np.int64)
-        self._dimension_offsets = dims * arena.k_cache[0].contents.ne[1]  # a ring plane's rows
-        self._window_dimension_offsets = dims * cfg.window if kept else dims[:0]
-
-    def place_values(self) -> None:
-        """Where the new tokens' values go, from their ring slots and window rows (once
-        `inputs.slots` and `inputs.wslots` are filled): a plane stored by dimension takes each
-        of a token's values in its own row."""
-        inp = self.inputs
-        if self._dimension_offsets.size:
-            np.add(inp.slots[:, None], self._dimension_offsets, out=inp.value_slots)
-        if self._window_dimension_offsets.size:
-            newest = inp.wslots[inp.wslots.shape[0] - inp.window_value_slots.shape[0]:]
-            np.add(newest[:, None], self._window_dimension_offsets, out=inp.window_value_slots)
+        self.inputs = StepInputs.of(inputs, cfg, n_q, n_kv, arena.k_cache[0].contents.ne[1])
 
     def close(self) -> None:
         self._free()
-
-
-def tensor_array(tensor, dtype) -> np.ndarray:
-    """A numpy view of an allocated, contiguous ggml tensor's elements (flat)."""
-    count = 1
-    for dim in tensor.contents.ne:
-        count *= dim
-    return array_at(data_address(tensor), dtype, count)
 
 
 class _Builder(Attend, HybridBlocks, DeltaBlocks):
