@@ -183,6 +183,12 @@ def assert_encodings(conv, name: str) -> None:
     assert (w.embed[0].qtype, w.output[0].qtype) == (embed, output)
     for layer, want in zip(w.layers, layers):
         assert (layer.qkv.qtype, layer.wo.qtype, layer.gate_up.qtype, layer.down.qtype) == want
+    # What describe() reports: the GGUF's types, as ggml's does, and the encodings apart.
+    stored: dict[str, int] = {}
+    for t in conv.model.tensors.values():
+        stored[QT(t.ggml_type).name] = stored.get(QT(t.ggml_type).name, 0) + 1
+    assert w.types == stored and "Q4_K" in w.types
+    assert w.encodings["embed"] == ENCODINGS[embed].name
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))

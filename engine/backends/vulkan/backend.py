@@ -89,7 +89,8 @@ class VulkanBackend:
             "arena_memory": self.arena_path,
             "snapshot_path": self.snapshot_path,
             "weights_bytes": weights.nbytes if weights else 0,
-            "weight_types": weights.types if weights else {},
+            "weight_types": weights.types if weights else {},  # the GGUF's, as ggml's
+            "weight_encodings": weights.encodings if weights else {},
             "tuning": self.tuning.__dict__,
         }
 

@@ -54,7 +54,8 @@ class DeviceWeights:
     ws: list[DeviceBuffer]  # per chunk, [blocks] uint32: block scale words
     vec: DeviceBuffer  # [floats] f32: norms, RoPE tables
     nbytes: int
-    types: dict[str, str]  # tensor-group -> encoding name, for describe()
+    encodings: dict[str, str]  # tensor-group -> the encoding the shaders read, for describe()
+    types: dict[str, int]  # GGUF tensor type name -> tensors of it, as ggml's describe()
 
 
 def upload_weights(ctx: Context, model: Model) -> DeviceWeights:
@@ -106,11 +107,15 @@ def upload_weights(ctx: Context, model: Model) -> DeviceWeights:
                 raw, model, [cp for cp in p.copies if cp.chunk == c]))
         _fill(ctx, [vec], _vector_writer(raw, model, p.vectors, cos_off, sin_off))
         del raw  # the mapping cannot close while a view of it is alive
-    types = {"embed": TYPE_NAMES[embed[0].qtype], "output": TYPE_NAMES[output[0].qtype],
-             "layers": TYPE_NAMES[layers[0].qkv.qtype] if layers else "-"}
+    encodings = {"embed": TYPE_NAMES[embed[0].qtype], "output": TYPE_NAMES[output[0].qtype],
+                 "layers": TYPE_NAMES[layers[0].qkv.qtype] if layers else "-"}
+    types: dict[str, int] = {}
+    for t in model.tensors.values():
+        name = QT(t.ggml_type).name
+        types[name] = types.get(name, 0) + 1
     nbytes = sum(b.size for b in (*wq, *ws, vec))
     return DeviceWeights(embed, output, output_norm, cos_off, sin_off, layers, wq, ws, vec,
-                         nbytes, types)
+                         nbytes, encodings, types)
 
 
 def _blocks_writer(raw: np.ndarray, model: Model, copies: list[Copy]):
