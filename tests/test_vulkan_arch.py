@@ -18,7 +18,7 @@ from engine.backends.vulkan.tuning import GPU
 from engine.conversation import Conversation
 
 from .parity import POLICY, TOKENS, run_steps, tiny
-from .test_vulkan_prefill import assert_same_state, prompt, run_pair, watch_dispatches
+from .test_vulkan_prefill import assert_tiled_prefill_then_decode, watch_dispatches
 
 ATOL = 5e-5  # as tests/test_vulkan_parity.py
 # Tiny models of the non-llama layouts Vulkan runs: TinySpec fields.
@@ -59,16 +59,7 @@ def test_every_step_matches_numpy(tmp_path_factory, vk_backend, arch, qtype) -> 
 def test_gpu_shapes_tiled_prefill_then_decode(tmp_path_factory, vk_gpu, arch) -> None:
     """GPU workgroup shapes: tiled products over odd chunks, then decode's split rows."""
     model = tiny(tmp_path_factory, QT.Q8_0, tied=False, seed=9, **MODELS[arch])
-    vocab = model.config.vocab_size
-    chunks = [prompt(n, 20 + n, vocab) for n in (70, 33)]
-    vk, ref, seen = run_pair(model, vk_gpu, chunks)
-    assert {"matmul_tiled", "matmul_coopmat"} & set(seen)
-    n = sum(map(len, chunks))
-    assert_same_state(vk, ref, n)
-    for t in prompt(5, 7, vocab):
-        np.testing.assert_allclose(vk.forward.decode_one_token(t),
-                                   ref.forward.decode_one_token(t), atol=ATOL, rtol=0)
-    assert_same_state(vk, ref, n + 5)
+    assert_tiled_prefill_then_decode(model, vk_gpu)
 
 
 def test_llama_pipelines_compile_the_features_out(tiny_model, vk_backend) -> None:

@@ -40,7 +40,7 @@ from engine.model.model import TensorInfo, load_model
 
 from .parity import TOKENS, run_steps
 from .test_vulkan_limits import lower_limits
-from .test_vulkan_prefill import assert_same_state, prompt, run_pair
+from .test_vulkan_prefill import assert_tiled_prefill_then_decode
 from .tiny_model import TinySpec, random_k_quant, write_tiny_gguf
 
 ATOL = 5e-5  # as tests/test_vulkan_parity.py
@@ -210,17 +210,7 @@ def test_gpu_shapes_tiled_prefill_then_decode(tmp_path_factory, backend_with, na
     """GPU shapes: the tiled products over odd chunks (matmul_tiled on lavapipe, which has no
     cooperative matrices; matmul_coopmat where the device has them, reading blocks through
     the same fetch_w8/decode_w8), then split-row decode."""
-    model = kquant_model(tmp_path_factory, name)
-    vocab = model.config.vocab_size
-    chunks = [prompt(n, 20 + n, vocab) for n in (70, 33)]
-    vk, ref, seen = run_pair(model, backend_with(GPU), chunks)
-    assert {"matmul_tiled", "matmul_coopmat"} & set(seen)
-    n = sum(map(len, chunks))
-    assert_same_state(vk, ref, n)
-    for t in prompt(5, 7, vocab):
-        np.testing.assert_allclose(vk.forward.decode_one_token(t),
-                                   ref.forward.decode_one_token(t), atol=ATOL, rtol=0)
-    assert_same_state(vk, ref, n + 5)
+    assert_tiled_prefill_then_decode(kquant_model(tmp_path_factory, name), backend_with(GPU))
 
 
 def test_chunks_count_super_block_texels_and_words() -> None:

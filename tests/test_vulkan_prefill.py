@@ -81,6 +81,22 @@ def run_pair(model, backend, chunks: list[list[int]], policy: RingPolicy = POLIC
     return vk, ref, [shader for shader, _ in seen]
 
 
+def assert_tiled_prefill_then_decode(model, backend) -> None:
+    """GPU workgroup shapes: the tiled products (matmul_tiled, or matmul_coopmat where the
+    device has cooperative matrices) over odd chunks, then split-row decode, each held to
+    numpy's state and logits."""
+    vocab = model.config.vocab_size
+    chunks = [prompt(n, 20 + n, vocab) for n in (70, 33)]
+    vk, ref, seen = run_pair(model, backend, chunks)
+    assert {"matmul_tiled", "matmul_coopmat"} & set(seen)
+    n = sum(map(len, chunks))
+    assert_same_state(vk, ref, n)
+    for t in prompt(5, 7, vocab):
+        np.testing.assert_allclose(vk.forward.decode_one_token(t),
+                                   ref.forward.decode_one_token(t), atol=ATOL, rtol=0)
+    assert_same_state(vk, ref, n + 5)
+
+
 @pytest.mark.parametrize("qtype", [QT.F32, QT.F16, QT.Q8_0, QT.Q4_0, QT.Q4_1])
 def test_tiled_prefill_matches_numpy(tmp_path_factory, vk_gpu, qtype) -> None:
     model = tiny(tmp_path_factory, qtype, tied=False, seed=7)
