@@ -146,6 +146,18 @@ class _Builder(Attend, HybridBlocks, DeltaBlocks):
     def emit(self, t) -> None:
         self.g.ggml_build_forward_expand(self.graph, t)
 
+    def store_values(self, plane, values, rows, value_slots):
+        """The node writing `values` (count, kv_dim) into a value plane: at `rows` of a plane
+        by slot, or, where `value_slots` is given (a plane by dimension, kv_dim rows of
+        slots), each value as a one-element row at its StepInputs index."""
+        g, ctx = self.g, self.ctx
+        if value_slots is None:
+            return g.ggml_set_rows(ctx, plane, values, rows)
+        kv_dim, count = values.contents.ne[0], values.contents.ne[1]
+        flat = g.ggml_reshape_2d(ctx, plane, 1, plane.contents.ne[0] * plane.contents.ne[1])
+        return g.ggml_set_rows(ctx, flat, g.ggml_reshape_2d(ctx, values, 1, kv_dim * count),
+                               value_slots)
+
     def matmul(self, weight, x, *, exact: bool = False):
         """x @ weight.T. For a batch, quantized weights can be expanded to f32 first (one
         matrix at a time, into reused scratch) so the product runs as an f32 GEMM; `exact`
@@ -230,12 +242,7 @@ class _Builder(Attend, HybridBlocks, DeltaBlocks):
         # Scatter the new rows into their slots first; graph order makes the reads below see them.
         self.emit(g.ggml_set_rows(ctx, k_cache, g.ggml_reshape_2d(ctx, k, cfg.kv_dim, n_q),
                                   slots))
-        if self.value_slots is None:
-            self.emit(g.ggml_set_rows(ctx, v_cache, v, slots))
-        else:  # by dimension: every value is a row of one element, at StepInputs.value_slots
-            plane = g.ggml_reshape_2d(ctx, v_cache, 1, v_cache.contents.ne[0] * cfg.kv_dim)
-            self.emit(g.ggml_set_rows(ctx, plane, g.ggml_reshape_2d(ctx, v, 1, cfg.kv_dim * n_q),
-                                      self.value_slots))
+        self.emit(self.store_values(v_cache, v, slots, self.value_slots))
         out, probs = self.attend(q, k_cache, v_cache, mask, n_q, n_kv,
                                  values_by_dimension=self.value_slots is not None)
         # Attention mass per slot: out_prod sums over its second dimension, here each K/V

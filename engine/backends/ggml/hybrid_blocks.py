@@ -11,7 +11,8 @@ from __future__ import annotations
 
 class HybridBlocks:
     """A mixin of graph.py's _Builder: it supplies g, ctx, cfg, arena, window_inputs,
-    window_value_slots, window_rows, emit, norm, rope, project_qkv, matmul and attend."""
+    window_value_slots, window_rows, emit, store_values, norm, rope, project_qkv, matmul and
+    attend."""
 
     def window_attention(self, plane: int, lw, x, positions, n_q: int):
         """A WINDOW layer over its circular plane (numpy/window.py has the rules). Decode
@@ -26,13 +27,8 @@ class HybridBlocks:
         kept = min(n_q, cfg.window)  # a chunk longer than the window keeps its newest rows
         rows = self.last_rows(wslots, kept, flat=True)
         by_dimension = self.window_value_slots is not None  # as the ring's values (graph.py)
-        if by_dimension:  # every value a row of one element, at window_value_slots
-            flat = g.ggml_reshape_2d(ctx, vw, 1, cfg.window * cfg.kv_dim)
-            newest = g.ggml_reshape_2d(ctx, self.last_rows(v, kept), 1, kept * cfg.kv_dim)
-            v_store = g.ggml_set_rows(ctx, flat, newest, self.window_value_slots)
-        else:
-            v_store = g.ggml_set_rows(ctx, vw, self.last_rows(v, kept), rows)
-        stores = (g.ggml_set_rows(ctx, kw, self.last_rows(k, kept), rows), v_store)
+        stores = (g.ggml_set_rows(ctx, kw, self.last_rows(k, kept), rows),
+                  self.store_values(vw, self.last_rows(v, kept), rows, self.window_value_slots))
         if n_q == 1:
             for store in stores:
                 self.emit(store)
