@@ -3,7 +3,7 @@
 // A shader declares what it uses; the host passes every constant to every pipeline.
 // Beyond 0-20, shaders that need them declare more (pipelines.py SPEC_IDS lists them all):
 // split.glsl 21-24 and 28 with bindings 18-19, mass.comp 25 and 27 with binding 20,
-// attention_split.comp 29 and 32, argmax.glsl 30-31.
+// attention_split.comp 29 and 32, argmax.glsl 30-31, shortconv.comp 37 with binding 21.
 
 #extension GL_EXT_control_flow_attributes : require
 

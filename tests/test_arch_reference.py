@@ -37,7 +37,8 @@ NUMPY_ONLY: tuple[str, ...] = ()  # architectures only the numpy backend impleme
 # ggml rounds each product's input to 8-bit blocks for Q8_0 weights and keeps keys in f16;
 # tests/test_ggml_parity.py measured up to 1.5% of the largest logit on tiny models.
 REL_GGML = 3e-2
-VULKAN_RUNS = {"llama", "qwen2", "qwen3", "phi3"}  # the architectures the Vulkan backend implements
+# The architectures the Vulkan backend implements.
+VULKAN_RUNS = {"llama", "qwen2", "qwen3", "phi3", "lfm2"}
 
 
 @pytest.fixture(scope="module")

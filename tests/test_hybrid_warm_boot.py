@@ -1,6 +1,6 @@
 """A warm boot of a hybrid session gives the same next reply as the process that saved it
 (issue 27): the window planes, conv carries and delta-rule states come back exactly, on
-numpy and on ggml."""
+numpy and on ggml (and LFM2's conv carries on Vulkan)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from engine.session.session import Session
 from engine.state.ring_policy import RingPolicy
 from engine.state.sampler import SamplingSettings
 
+from .conftest import make_vk_backend
+
 FIXTURES = Path(__file__).parent / "fixtures" / "arch"
 POLICY = RingPolicy(max_slots=96, recent_window=8, evict_batch=8, prefill_chunk=16)
 GREEDY = SamplingSettings()
@@ -24,6 +26,8 @@ GREEDY = SamplingSettings()
 def backend(name: str):
     if name == "numpy":
         return NumpyBackend()
+    if name == "vulkan":
+        return make_vk_backend(None)  # skips without a device
     if ggml_available() is not None:
         pytest.skip(f"ggml is not built here: {ggml_available()}")
     from engine.backends.ggml.backend import GgmlBackend
@@ -31,8 +35,9 @@ def backend(name: str):
     return GgmlBackend()
 
 
-@pytest.mark.parametrize("fixture", ["gemma3", "lfm2", "qwen35"])
-@pytest.mark.parametrize("backend_name", ["numpy", "ggml"])
+@pytest.mark.parametrize("fixture,backend_name", [
+    (fixture, name) for fixture in ("gemma3", "lfm2", "qwen35") for name in ("numpy", "ggml")
+] + [("lfm2", "vulkan")])
 def test_the_next_reply_after_a_warm_boot_is_the_saving_process_s(fixture, backend_name,
                                                                  tmp_path) -> None:
     model = load_model(FIXTURES / f"{fixture}.gguf", tmp_path / "cache")

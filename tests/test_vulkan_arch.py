@@ -1,8 +1,8 @@
 """The architecture features the Vulkan backend implements (split-half RoPE, QKV bias, QK-norm,
-wide heads, fused QKV and gate/up), held to the numpy backend on tiny random-weight models of
-each family: every decode step, chunked prefill under the CPU shapes (matmul.comp) and tiled
-prefill under the GPU shapes (matmul_tiled), the K/V planes in numpy's layout, and no
-dispatch beyond llama's but QK-norm's one a layer.
+wide heads, fused QKV and gate/up, LFM2's short-convolution layers), held to the numpy backend
+on tiny random-weight models of each family: every decode step, chunked prefill under the CPU
+shapes (matmul.comp) and tiled prefill under the GPU shapes (matmul_tiled), the K/V planes (and
+conv carries) in numpy's layout, and no dispatch beyond llama's but QK-norm's one a layer.
 
 tests/test_arch_reference.py holds the same families to transformers on the committed
 fixtures; tests/test_vulkan_ring.py takes a split-half model through eviction and rebase.
@@ -16,6 +16,7 @@ from gguf import GGMLQuantizationType as QT
 
 from engine.backends.vulkan.tuning import GPU
 from engine.conversation import Conversation
+from engine.model.layer_kinds import CONV, FULL
 
 from .parity import POLICY, TOKENS, run_steps, tiny
 from .test_vulkan_prefill import assert_tiled_prefill_then_decode, watch_dispatches
@@ -29,6 +30,9 @@ MODELS = {
     # Fused q|k|v and gate|up; as many K/V heads as query heads, so the fused q|k rows the
     # upload interleaves end mid-tensor (v's rows stay).
     "phi3": {"architecture": "phi3", "n_kv_heads": 4},
+    # Short-convolution layers around one attention layer (QK-norm, split-half RoPE): the
+    # ring holds one plane, the carries their own.
+    "lfm2": {"architecture": "lfm2", "n_layers": 4, "layer_kinds": (CONV, CONV, FULL, CONV)},
 }
 ARCHS = sorted(MODELS)
 
@@ -50,9 +54,14 @@ def test_every_step_matches_numpy(tmp_path_factory, vk_backend, arch, qtype) -> 
     np.testing.assert_allclose(b.k_cache[:, :n], a.k_cache[:, :n], atol=ATOL, rtol=0)
     np.testing.assert_allclose(b.v_cache[:, :n], a.v_cache[:, :n], atol=ATOL, rtol=0)
     # The features live in shader epilogues: a decode step dispatches what llama's does, but
-    # for QK-norm's one a layer (its norm spans a head, which spans the product's workgroups).
-    per_layer = 5 + int(model.config.arch.qk_norm)
-    assert conv.forward.dispatches_per_token == per_layer * model.config.n_layers + 3
+    # for QK-norm's one an attention layer (its norm spans a head, which spans the product's
+    # workgroups); a CONV layer as many as llama's attention layer.
+    cfg = model.config
+    per_layer = 5 * cfg.n_layers + int(cfg.arch.qk_norm) * cfg.n_full
+    assert conv.forward.dispatches_per_token == per_layer + 3
+    for name in ("conv_state", "delta_conv", "delta_state", "kw_cache", "vw_cache"):
+        if name in ref.arena.layout:  # the layer planes outside the ring, as numpy left them
+            np.testing.assert_allclose(getattr(b, name), getattr(a, name), atol=ATOL, rtol=0)
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -12,6 +12,7 @@ from gguf import GGMLQuantizationType as QT
 
 from engine.conversation import Conversation
 from engine.model.architecture import SPLIT_HALF
+from engine.model.layer_kinds import CONV, FULL
 from engine.model.rope import rotate_halves, rotate_pairs
 from engine.state.ring_policy import RingPolicy
 
@@ -30,12 +31,14 @@ def feed(conv: Conversation, count: int, seed: int) -> None:
             conv.forward.decode_one_token(t)
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3"])
+@pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3", "lfm2"])
 def ring_model(request, tmp_path_factory):
     if request.param == "llama":
         return request.getfixturevalue("tiny_model")
-    wide = {"head_dim": 32} if request.param == "qwen3" else {}
-    return tiny(tmp_path_factory, QT.F32, architecture=request.param, **wide)
+    extra = {"qwen3": {"head_dim": 32},  # LFM2: conv carries beside the ring's one plane
+             "lfm2": {"n_layers": 3, "layer_kinds": (CONV, FULL, CONV)}}
+    return tiny(tmp_path_factory, QT.F32, architecture=request.param,
+                **extra.get(request.param, {}))
 
 
 def test_eviction_and_rebase_match_numpy(ring_model, vk_backend) -> None:
@@ -58,6 +61,8 @@ def test_eviction_and_rebase_match_numpy(ring_model, vk_backend) -> None:
     np.testing.assert_allclose(vb.k_cache[:, :n], va.k_cache[:, :n], atol=2e-4, rtol=0)
     np.testing.assert_allclose(vb.v_cache[:, :n], va.v_cache[:, :n], atol=2e-4, rtol=0)
     np.testing.assert_allclose(vb.logits, va.logits, atol=2e-4, rtol=0)
+    if "conv_state" in convs[0].arena.layout:  # carries follow every token, evicted or not
+        np.testing.assert_allclose(vb.conv_state, va.conv_state, atol=2e-4, rtol=0)
 
 
 def test_device_key_rotation_equals_numpy_rebase(ring_model, vk_backend) -> None:
@@ -67,7 +72,7 @@ def test_device_key_rotation_equals_numpy_rebase(ring_model, vk_backend) -> None
     kvh, hd = cfg.n_kv_heads, cfg.head_dim
     rng = np.random.default_rng(11)
     v = conv.arena.views()
-    v.k_cache[:, :n] = rng.standard_normal((cfg.n_layers, n, cfg.kv_dim)).astype(np.float32)
+    v.k_cache[:, :n] = rng.standard_normal((cfg.n_full, n, cfg.kv_dim)).astype(np.float32)
     angle = rng.uniform(-50, 50, (n, 1)) * tiny_model.rope.inv_freq  # per-slot shifts
     v.rebase_cos[:n, 0] = np.cos(angle)
     v.rebase_sin[:n, 0] = np.sin(angle)

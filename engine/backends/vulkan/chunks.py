@@ -16,6 +16,7 @@ is refused in one line naming the tensor and the limit.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from gguf import GGMLQuantizationType as QT
@@ -157,12 +158,13 @@ class Planner:
         return self.stacked([name], [length])
 
     def stacked(self, names: list[str], lengths: list[int]) -> int:
-        """The vec offset of F32/F16 vectors `names` stored back to back (q|k|v biases)."""
+        """The vec offset of F32/F16 tensors `names` of `lengths` elements each, stored back to
+        back (q|k|v biases; a conv's taps, row by row)."""
         off = self.table(sum(lengths))
         at = off
         for name, length in zip(names, lengths):
             t = self.info(name)
-            if t.ggml_type not in (0, 1) or t.shape[0] != length:
+            if t.ggml_type not in (0, 1) or math.prod(t.shape) != length:
                 raise UnsupportedTensorTypeForVulkanError(
                     f"vector {name} must be F32/F16 of {length}")
             self.vectors.append((name, at))

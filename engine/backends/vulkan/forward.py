@@ -40,9 +40,9 @@ class VulkanForward(ForwardPass):
         self.ctx = pipes.ctx
         self.chunk = max(1, min(ring.policy.prefill_chunk, tuning.prefill_chunk))
         self.decay = ring.policy.salience_decay
-        # Probability rows: every layer's heads for one decoded token, or one layer's heads for
-        # every token of a prefill chunk.
-        prows = max(cfg.n_layers * cfg.n_heads, cfg.n_heads * self.chunk)
+        # Probability rows: every ring layer's heads for one decoded token, or one layer's heads
+        # for every token of a prefill chunk.
+        prows = max(cfg.n_full * cfg.n_heads, cfg.n_heads * self.chunk)
         self.res = ConversationResources(pipes, weights, cfg, ring.arena, arena_buf,
                                          self.chunk, prows, tuning)
         self.recorder = PassRecorder(pipes, weights, self.res, cfg, ring.policy, tuning)

@@ -5,7 +5,9 @@ the small parameter buffer, so decode needs one command buffer and prefill one p
 bucket. Dispatches are separated by global memory barriers; per layer decode costs five:
 norm+qkv+RoPE+K/V write, split attention (its partials folded in the same dispatch),
 wo+residual, norm+gate|up+SiLU, down+residual; then logits and one tail dispatch that computes
-every layer's attention mass and the device argmax.
+every layer's attention mass and the device argmax. A CONV layer (LFM2) costs five too:
+norm+in_proj, the short convolution (shortconv.comp), out_proj+residual, and the same two for
+its feed-forward.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...align import ceil_div
-from ...model.architecture import SPLIT_HALF
+from ...model.architecture import CONV, SPLIT_HALF
 from ...model.config import ModelConfig
 from ...state.evict_policy import SCORE_MODES, score_scale
 from ...state.ring_policy import RingPolicy
@@ -23,7 +25,7 @@ from .prefill import mass_pass, record_attention, record_product
 from .profiler import DispatchTimer
 from .resources import ConversationResources
 from .tuning import Tuning, matmul_tokens
-from .weights import DeviceWeights
+from .weights import DeviceWeights, LayerMatrices
 
 MODE_STORE, MODE_QKV, MODE_RESID, MODE_GATEUP, MODE_LOGITS = 0, 1, 2, 3, 4
 MODE_NAMES = ("store", "qkv", "resid", "gateup", "logits")
@@ -51,7 +53,7 @@ class PassRecorder:
         self.common = {
             "D": cfg.d_model, "HD": cfg.head_dim, "NH": cfg.n_heads, "NKV": cfg.n_kv_heads,
             "F": cfg.ffn_dim, "S": slots, "PROWS": res.prows, "EPS": cfg.rms_eps,
-            "COS_OFF": weights.cos_off, "SIN_OFF": weights.sin_off, "NL": cfg.n_layers,
+            "COS_OFF": weights.cos_off, "SIN_OFF": weights.sin_off, "NL": cfg.n_full,
             "V": cfg.vocab_size, "SPLIT_SLOTS": tuning.split_slots,
             "MAX_SPLITS": tuning.max_splits, "PV_TILE": int(tuning.pv_tile),
             "PREFILL_SPLITS": tuning.prefill_splits, "PREFILL_RUN_TILES": tuning.prefill_run_tiles,
@@ -61,6 +63,7 @@ class PassRecorder:
             # The architecture's layout: 0 for llama's, whose shaders compile the code out.
             "ROPE_SPLIT": int(cfg.arch.rope_style == SPLIT_HALF),
             "QKV_BIAS": int(cfg.arch.qkv_bias), "QK_NORM": int(cfg.arch.qk_norm),
+            "CONV_K": cfg.conv_kernel,
         }
         self.dispatches = 0
         self._bound = (0, 0)  # the descriptor set bound: (weight chunk, K/V group)
@@ -168,6 +171,50 @@ class PassRecorder:
                        w_block=m.block, norm_off=norm or 0, in_off=in_off, out_off=out_off,
                        count=bias)
 
+    def _attention(self, shape: PassShape, lw: LayerMatrices, plane: int) -> None:
+        """Attention over the ring, plane `plane` of its K/V, into the residual stream; a
+        prefill pass also sums the layer's mass (the ring's last layer folds it into the
+        scores)."""
+        cfg, a, sw = self.cfg, self.res.act_layout, self.t.small_wg
+        self._matmul(shape, MODE_QKV, lw.qkv, norm=lw.attn_norm, in_off=a.x, out_off=a.q,
+                     layer=plane, bias=lw.qkv_bias)
+        self._barrier()
+        if cfg.arch.qk_norm:  # RMSNorm per q and k head, then RoPE: QK-norm models only
+            self._dispatch("qk_norm", {"WG": sw}, (cfg.n_heads + cfg.n_kv_heads, shape.bucket),
+                           in_off=a.q, norm_off=lw.qk_norm, kv_layer=plane)
+            self._barrier()
+        if shape.decode:  # split over the live slots; the shader picks the split count
+            wg = self.pipes.ctx.subgroup_size * self.t.split_subgroups
+            self._dispatch("attention_split", {"WG": wg}, (self.t.max_splits, cfg.n_kv_heads),
+                           in_off=a.q, out_off=a.attn, kv_layer=plane,
+                           p_row0=plane * cfg.n_heads)
+        elif not record_attention(self, shape, in_off=a.q, out_off=a.attn, layer=plane):
+            self._dispatch("attention", {"WG": self.pipes.ctx.subgroup_size},
+                           (cfg.n_kv_heads, shape.bucket),
+                           in_off=a.q, out_off=a.attn, kv_layer=plane, p_row0=0)
+        self._barrier()
+        if not shape.decode:  # runs beside wo: both only read what attention wrote
+            # The last layer's also folds the pass's mass into the ring's scores (16).
+            spec, groups, runs = mass_pass(self.t, shape, self.common["S"], sw)
+            last = plane == cfg.n_full - 1
+            self._dispatch("mass", {**spec, **self.scores}, groups, p_row0=0,
+                           count=shape.bucket * cfg.n_heads,
+                           flags=int(plane > 0) | runs | 16 * int(last), per_t=cfg.n_heads)
+        self._matmul(shape, MODE_RESID, lw.wo, norm=None, in_off=a.attn, out_off=a.x)
+        self._barrier()
+
+    def _short_conv(self, shape: PassShape, lw: LayerMatrices, plane: int) -> None:
+        """A CONV layer's short convolution (shortconv.comp), carry plane `plane`, into the
+        residual stream: in_proj, the convolution, out_proj."""
+        a, sw = self.res.act_layout, self.t.small_wg
+        self._matmul(shape, MODE_STORE, lw.qkv, norm=lw.attn_norm, in_off=a.x, out_off=a.q)
+        self._barrier()
+        self._dispatch("shortconv", {"WG": sw}, (ceil_div(self.cfg.d_model, sw), 1),
+                       in_off=a.q, out_off=a.attn, norm_off=lw.conv_taps, layer=plane)
+        self._barrier()
+        self._matmul(shape, MODE_RESID, lw.wo, norm=None, in_off=a.attn, out_off=a.x)
+        self._barrier()
+
     def _forward(self, shape: PassShape) -> None:
         cfg, w, a, sw = self.cfg, self.w, self.res.act_layout, self.t.small_wg
         per_token_blocks = cfg.d_model // 32
@@ -177,35 +224,11 @@ class PassRecorder:
                            w_texel=piece.texel, w_block=piece.block, out_off=a.x,
                            p_row0=piece.row0, count=piece.rows)
         self._barrier()
-        slots = self.common["S"]
         for i, lw in enumerate(w.layers):
-            self._matmul(shape, MODE_QKV, lw.qkv, norm=lw.attn_norm, in_off=a.x, out_off=a.q,
-                         layer=i, bias=lw.qkv_bias)
-            self._barrier()
-            if cfg.arch.qk_norm:  # RMSNorm per q and k head, then RoPE: QK-norm models only
-                self._dispatch("qk_norm", {"WG": sw}, (cfg.n_heads + cfg.n_kv_heads,
-                                                      shape.bucket),
-                               in_off=a.q, norm_off=lw.qk_norm, kv_layer=i)
-                self._barrier()
-            if shape.decode:  # split over the live slots; the shader picks the split count
-                wg = self.pipes.ctx.subgroup_size * self.t.split_subgroups
-                self._dispatch("attention_split", {"WG": wg},
-                               (self.t.max_splits, cfg.n_kv_heads),
-                               in_off=a.q, out_off=a.attn, kv_layer=i, p_row0=i * cfg.n_heads)
-            elif not record_attention(self, shape, in_off=a.q, out_off=a.attn, layer=i):
-                self._dispatch("attention", {"WG": self.pipes.ctx.subgroup_size},
-                               (cfg.n_kv_heads, shape.bucket),
-                               in_off=a.q, out_off=a.attn, kv_layer=i, p_row0=0)
-            self._barrier()
-            if not shape.decode:  # runs beside wo: both only read what attention wrote
-                # The last layer's also folds the pass's mass into the ring's scores (16).
-                spec, groups, runs = mass_pass(self.t, shape, slots, sw)
-                last = i == cfg.n_layers - 1
-                self._dispatch("mass", {**spec, **self.scores}, groups, p_row0=0,
-                               count=shape.bucket * cfg.n_heads,
-                               flags=int(i > 0) | runs | 16 * int(last), per_t=cfg.n_heads)
-            self._matmul(shape, MODE_RESID, lw.wo, norm=None, in_off=a.attn, out_off=a.x)
-            self._barrier()
+            if lw.kind == CONV:
+                self._short_conv(shape, lw, cfg.plane(i))
+            else:
+                self._attention(shape, lw, cfg.plane(i))
             self._matmul(shape, MODE_GATEUP, lw.gate_up, norm=lw.ffn_norm, in_off=a.x,
                          out_off=a.ffn)
             self._barrier()
@@ -223,10 +246,10 @@ class PassRecorder:
             # Every layer's mass from its split factors (2), folded into the ring's scores (16),
             # and the greedy argmax in argmax_groups more workgroups (4): the tail of the step
             # is one dispatch, and the CPU reads nothing of the arena back.
-            rows, per_wg = cfg.n_layers * cfg.n_heads, sw // self.t.mass_split
+            rows, per_wg = cfg.n_full * cfg.n_heads, sw // self.t.mass_split
             argmax = self.t.argmax_groups * int(shape.logits)
             self._dispatch("mass", {"WG": sw, "SPLIT": self.t.mass_split, **self.scores},
-                           (ceil_div(slots, per_wg) + argmax, 1), p_row0=0,
+                           (ceil_div(self.common["S"], per_wg) + argmax, 1), p_row0=0,
                            count=rows, flags=2 | 4 * int(shape.logits) | 16, per_t=rows)
         elif shape.logits:
             # Greedy support: a few microseconds, so every logits pass carries it.

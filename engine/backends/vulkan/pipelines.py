@@ -27,6 +27,7 @@ SPEC_IDS = {
     "FOLD_LOADS": 29, "SPLIT_SUBGROUPS": 32, "VALUE_LOADS": 33,  # attention_split.comp
     "ARGMAX_GROUPS": 30, "ARGMAX_BASE": 31,  # argmax.glsl
     "ROPE_SPLIT": 34, "QKV_BIAS": 35, "QK_NORM": 36,  # the architecture's (common.glsl)
+    "CONV_K": 37,  # shortconv.comp
 }
 FLOAT_SPECS = frozenset({"EPS", "SCORE_SCALE"})
 PUSH_WORDS = 10  # uint fields of common.glsl's Push block
@@ -37,9 +38,11 @@ BINDINGS = {0: TEXEL, 1: TEXEL, 2: STORAGE, 3: STORAGE, 4: STORAGE, 5: TEXEL, 6:
             7: TEXEL, 8: STORAGE, 9: STORAGE, 10: STORAGE, 11: STORAGE, 12: STORAGE,
             13: STORAGE, 14: STORAGE, 15: TEXEL, 16: TEXEL, 17: STORAGE,
             18: STORAGE, 19: STORAGE,  # 18-19: shaders/split.glsl
-            20: STORAGE}  # mass.comp: the arena's slot_salience
+            20: STORAGE,  # mass.comp: the arena's slot_salience
+            21: STORAGE}  # shortconv.comp: the arena's conv_state
 SHADERS = ("matmul", "embed", "attention", "mass", "rmsnorm", "rope_rebase", "argmax",
-           "attention_split", "matmul_tiled", "matmul_coopmat", "attention_prefill", "qk_norm")
+           "attention_split", "matmul_tiled", "matmul_coopmat", "attention_prefill", "qk_norm",
+           "shortconv")
 
 
 class MissingShaderError(FileNotFoundError):

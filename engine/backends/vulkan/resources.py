@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...model.architecture import CONV
 from ...model.config import ModelConfig
 from ...state.arena import StateArena
 from .buffers import (
@@ -36,16 +37,19 @@ class ActLayout:
     """Float offsets of the activation rows in the act buffer; each region is [cmax, width]."""
 
     x: int  # [cmax, d_model] residual stream
-    q: int  # [cmax, q_dim] post-RoPE queries
-    attn: int  # [cmax, q_dim] attention outputs
+    q: int  # [cmax, q_dim] post-RoPE queries; a CONV layer's [cmax, 3*d_model] B | C | x
+    attn: int  # [cmax, q_dim] attention outputs; a CONV layer's [cmax, d_model] C * conv
     ffn: int  # [cmax, ffn_dim] silu(gate) * up
     floats: int
 
     @staticmethod
     def for_config(cfg: ModelConfig, cmax: int) -> ActLayout:
+        conv = CONV in cfg.kinds
+        q_width = max(cfg.q_dim, 3 * cfg.d_model if conv else 0)
+        attn_width = max(cfg.q_dim, cfg.d_model if conv else 0)
         x, q = 0, cmax * cfg.d_model
-        attn = q + cmax * cfg.q_dim
-        ffn = attn + cmax * cfg.q_dim
+        attn = q + cmax * q_width
+        ffn = attn + cmax * attn_width
         return ActLayout(x, q, attn, ffn, ffn + cmax * cfg.ffn_dim)
 
 
@@ -61,12 +65,13 @@ class ConversationResources:
         # [prows, slots] unnormalised probabilities, then [prows] their 1/sum.
         self.probs = device_buffer(ctx, 4 * (prows * slots + prows), "probs")
         # Split attention's partials, laid out by shaders/split.glsl. Decode: mass factors
-        # [n_layers * n_heads, max_splits], then per query head the splits' max and sum
-        # [n_heads, max_splits] each and unnormalised outputs [n_heads, max_splits, head_dim].
+        # [n_full * n_heads, max_splits] (the ring's layers), then per query head the splits'
+        # max and sum [n_heads, max_splits] each and unnormalised outputs
+        # [n_heads, max_splits, head_dim].
         # Prefill (runs of slots): factors, maxima and sums [prows, prefill_splits] each, then
         # outputs [prows, prefill_splits, head_dim]. One pass uses the buffer at a time.
         nh, runs = cfg.n_heads, tuning.prefill_splits
-        split_floats = max(tuning.max_splits * nh * (cfg.n_layers + 2 + cfg.head_dim),
+        split_floats = max(tuning.max_splits * nh * (cfg.n_full + 2 + cfg.head_dim),
                            prows * runs * (3 + cfg.head_dim) if runs > 1 else 0)
         self.splits = device_buffer(ctx, 4 * split_floats, "splits")
         # uint32 runs done, [n_heads] for decode, [n_heads, query tiles] for prefill; the
@@ -115,9 +120,12 @@ class ConversationResources:
             15: (whole(self.act), RGBA32_SFLOAT, 16), 16: (whole(weights.vec), RGBA32_SFLOAT, 16),
             17: whole(self.out_buf), 18: whole(self.splits), 19: whole(self.counters),
             20: region("slot_salience"),
+            # A model without CONV layers binds a stand-in the shaders it runs never read.
+            21: region("conv_state") if "conv_state" in arena.layout else whole(self.out_buf),
         }
-        plane = arena.layout["k_cache"].nbytes // cfg.n_layers  # one layer's K (or V) plane
-        self.kv_groups = kv_groups(ctx, cfg.n_layers, plane)
+        # The ring's planes: one a FULL layer (cfg.plane(layer) of the layer's).
+        plane = arena.layout["k_cache"].nbytes // cfg.n_full  # one layer's K (or V) plane
+        self.kv_groups = kv_groups(ctx, cfg.n_full, plane)
         self._kv_group = [g for g, (_, n) in enumerate(self.kv_groups) for _ in range(n)]
         self.sets = DescriptorSets(ctx, pipes, weights, shared, region("k_cache"),
                                    region("v_cache"), self.kv_groups, plane)
@@ -126,7 +134,8 @@ class ConversationResources:
         self.arena_buf = arena_buf
 
     def kv_place(self, layer: int) -> tuple[int, int]:
-        """(K/V group, layer within it) of `layer`: the shaders index the bound planes so."""
+        """(K/V group, plane within it) of the ring's plane `layer` (a FULL layer's
+        cfg.plane): the shaders index the bound planes so."""
         g = self._kv_group[layer]
         return g, layer - self.kv_groups[g][0]
 

@@ -19,7 +19,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as QT
 
-from ...model.architecture import SPLIT_HALF
+from ...model.architecture import CONV, FULL, SPLIT_HALF
 from ...model.model import Model, TensorInfo
 from .buffers import DeviceBuffer, device_buffer, staging_buffer
 from .chunks import TYPE_NAMES, Copy, Matrix, Planner
@@ -32,6 +32,8 @@ RECODE_BLOCKS = 1 << 18  # 32-element blocks re-encoded at a time (a multiple of
 
 @dataclass(frozen=True)
 class LayerMatrices:
+    # The token mixer's products: attention's q|k|v and output, or a CONV layer's in_proj
+    # (3*d_model, d_model: B, C and x rows) and out_proj (d_model, d_model).
     qkv: Matrix  # (q_dim + 2*kv_dim, d_model)
     wo: Matrix  # (d_model, q_dim)
     gate_up: Matrix  # (2*ffn_dim, d_model): gate rows, then up rows
@@ -40,6 +42,8 @@ class LayerMatrices:
     ffn_norm: int
     qkv_bias: int = 0  # vec offset of the (q_dim + 2*kv_dim,) q|k|v bias (qwen2), if any
     qk_norm: int = 0  # vec offset of the (head_dim,) q then k QK-norm weights (qwen3), if any
+    kind: str = FULL  # the layer's state kind (layer_kinds.py): FULL or CONV here
+    conv_taps: int = 0  # CONV: vec offset of the (d_model, conv_kernel) taps, oldest first
 
 
 @dataclass
@@ -63,33 +67,40 @@ def upload_weights(ctx: Context, model: Model) -> DeviceWeights:
     p = Planner(model.tensors, ctx.limits.max_texel_elements)
     embed = p.matrix("token_embd.weight", pieces=True)
     output = embed if cfg.tied_embeddings else None
-    output_norm = p.vector("output_norm.weight", cfg.d_model)
+    output_norm = p.vector(f"{cfg.arch.output_norm}.weight", cfg.d_model)
     layers = []
     arch = cfg.arch
-    for i in range(cfg.n_layers):
+    for i, kind in enumerate(cfg.kinds):
         b = f"blk.{i}."
-        # Fused q|k|v and gate|up (phi3) are one tensor each, in the order the pass reads.
-        qkv = [b + "attn_qkv.weight"] if arch.fused_qkv else [
-            b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"]
+        if kind == CONV:
+            mixer = dict(
+                qkv=p.matrix(b + "shortconv.in_proj.weight")[0],
+                wo=p.matrix(b + "shortconv.out_proj.weight")[0],
+                conv_taps=p.vector(b + "shortconv.conv.weight", cfg.d_model * cfg.conv_kernel))
+        else:
+            # Fused q|k|v and gate|up (phi3) are one tensor each, in the order the pass reads.
+            qkv = [b + "attn_qkv.weight"] if arch.fused_qkv else [
+                b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"]
+            # Split-half RoPE: Q/K rows interleaved per head, as matmul_common.glsl rotates them.
+            rotated = [cfg.q_dim + cfg.kv_dim] if arch.fused_qkv else [cfg.q_dim, cfg.kv_dim]
+            interleave = {n: (cfg.head_dim, rows) for n, rows in zip(qkv, rotated)} \
+                if arch.rope_style == SPLIT_HALF else {}
+            bias = [b + "attn_q.bias", b + "attn_k.bias", b + "attn_v.bias"]
+            mixer = dict(
+                qkv=p.matrix(*qkv, interleave=interleave)[0],
+                wo=p.matrix(b + "attn_output.weight")[0],
+                qkv_bias=p.stacked(bias, [cfg.q_dim, cfg.kv_dim, cfg.kv_dim])
+                if arch.qkv_bias else 0,
+                qk_norm=p.stacked([b + "attn_q_norm.weight", b + "attn_k_norm.weight"],
+                                  [cfg.head_dim] * 2) if arch.qk_norm else 0)
         gate_up = [b + "ffn_up.weight"] if arch.fused_gate_up else [
             b + "ffn_gate.weight", b + "ffn_up.weight"]
-        # Split-half RoPE: Q/K rows interleaved per head, as matmul_common.glsl rotates them.
-        rotated = [cfg.q_dim + cfg.kv_dim] if arch.fused_qkv else [cfg.q_dim, cfg.kv_dim]
-        interleave = {n: (cfg.head_dim, rows) for n, rows in zip(qkv, rotated)} \
-            if arch.rope_style == SPLIT_HALF else {}
-        bias = [b + "attn_q.bias", b + "attn_k.bias", b + "attn_v.bias"]
         layers.append(LayerMatrices(
-            qkv=p.matrix(*qkv, interleave=interleave)[0],
-            wo=p.matrix(b + "attn_output.weight")[0],
             gate_up=p.matrix(*gate_up)[0],
             down=p.matrix(b + "ffn_down.weight")[0],
             attn_norm=p.vector(b + "attn_norm.weight", cfg.d_model),
-            ffn_norm=p.vector(b + "ffn_norm.weight", cfg.d_model),
-            qkv_bias=p.stacked(bias, [cfg.q_dim, cfg.kv_dim, cfg.kv_dim])
-            if arch.qkv_bias else 0,
-            qk_norm=p.stacked([b + "attn_q_norm.weight", b + "attn_k_norm.weight"],
-                              [cfg.head_dim] * 2) if arch.qk_norm else 0,
-        ))
+            ffn_norm=p.vector(f"{b}{arch.ffn_norm}.weight", cfg.d_model), kind=kind,
+            **mixer))
     if output is None:  # after the layers: the pass reads it last, as the chunks are packed
         output = p.matrix("output.weight", pieces=True)
     rope_n = model.rope.cos.size
@@ -133,7 +144,8 @@ def _vector_writer(raw: np.ndarray, model: Model, vectors: list[tuple[str, int]]
         for name, off in vectors:
             t = model.tensors[name]
             dtype = np.float32 if t.ggml_type == 0 else np.float16
-            v[off : off + t.shape[0]] = raw[t.offset : t.offset + t.nbytes].view(dtype)
+            values = raw[t.offset : t.offset + t.nbytes].view(dtype)
+            v[off : off + values.size] = values
         n = model.rope.cos.size
         v[cos_off : cos_off + n] = model.rope.cos.ravel()
         v[sin_off : sin_off + n] = model.rope.sin.ravel()
