@@ -3,7 +3,8 @@
 // A shader declares what it uses; the host passes every constant to every pipeline.
 // Beyond 0-20, shaders that need them declare more (pipelines.py SPEC_IDS lists them all):
 // split.glsl 21-24 and 28 with bindings 18-19, mass.comp 25 and 27 with binding 20,
-// attention_split.comp 29 and 32, argmax.glsl 30-31, shortconv.comp 37 with binding 21.
+// attention_split.comp 29 and 32, argmax.glsl 30-31, shortconv.comp 37 and 42-43 with binding
+// 21, delta_rule.comp 44-46 with binding 24.
 
 #extension GL_EXT_control_flow_attributes : require
 
@@ -34,10 +35,16 @@ layout(constant_id = 20) const uint V = 256;     // vocabulary (logits)
 layout(constant_id = 34) const uint ROPE_SPLIT = 0;  // 1: RoPE pairs (i, i + HD/2) of a head
 layout(constant_id = 35) const uint QKV_BIAS = 0;    // 1: q|k|v bias at VEC pc.count (qkv matmul)
 layout(constant_id = 36) const uint QK_NORM = 0;     // 1: q|k|v leaves RoPE to qk_norm.comp
+// >0: RoPE pairs a head (partial rotary: Qwen3.5, a QK-norm model, so qk_norm.comp rotates).
+layout(constant_id = 47) const uint ROT_HALF = 0;
+layout(constant_id = 52) const uint GATED_Q = 0;     // 1: q|k|v|gate rows; gates to act pc.per_t
 
 const uint QD = NH * HD;     // query width
 const uint KVD = NKV * HD;   // key (and value) width
-const uint HALF = HD / 2;    // RoPE pairs per head
+const uint HALF = HD / 2;    // RoPE table columns a position
+// RoPE pairs per head: all HALF, or with partial rotary (Qwen3.5) the first ROT_HALF, split
+// half within the first 2 * ROT_HALF dims; the dims past those pass through unrotated.
+const uint RH = ROT_HALF == 0 ? HALF : ROT_HALF;
 
 // Weight encodings (engine/backends/vulkan/encodings.py): every matrix is stored as 32-element
 // blocks, a block's payload as TPB RGBA32UI texels in WQ and its scales in WS (scale_words).

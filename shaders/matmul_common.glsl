@@ -10,7 +10,8 @@ const uint MROWS = MODE == MODE_GATEUP ? 2 * M : M;  // weight rows: gate rows, 
 // rows (llama.cpp permutes llama's Q/K rows so); a split-half model's pairs are (i, i + HD/2)
 // of a head, so weights.py stores its Q/K rows interleaved (row 2i from i, 2i + 1 from
 // i + HD/2) and this writes each pair back to its own dims: K/V and q keep numpy's layout.
-// With QK_NORM the pairs are stored unrotated, for qk_norm.comp.
+// With QK_NORM the pairs are stored unrotated, for qk_norm.comp. With GATED_Q the rows past
+// v are the queries' gates (Qwen3.5), stored to act[pc.per_t + tok*QD] for sigmoid_gate.comp.
 void store_qkv_pair(uint tok, uint row, float e, float o) {
     uint pos = prm.pos0 + tok, slot = prm.n0 + tok;
     uint re = row, ro = row + 1;  // the pair's dims in q|k|v
@@ -36,10 +37,13 @@ void store_qkv_pair(uint tok, uint row, float e, float o) {
         uint k = (pc.layer * S + slot) * KVD;
         kc[k + re - QD] = e;
         kc[k + ro - QD] = o;
-    } else {
+    } else if (GATED_Q == 0 || row < QD + 2 * KVD) {
         uint k = (pc.layer * S + slot) * KVD;
         vc[k + re - QD - KVD] = e;
         vc[k + ro - QD - KVD] = o;
+    } else {
+        act[pc.per_t + tok * QD + re - QD - 2 * KVD] = e;
+        act[pc.per_t + tok * QD + ro - QD - 2 * KVD] = o;
     }
 }
 

@@ -29,9 +29,9 @@ void main() {
     ss = 0.0;
     for (uint i = 0; i < WG; i++) ss += part[i];
     float inv = 1.0 / sqrt(ss / float(HD) + EPS);
-    // Pair j: dims (j, j + HALF) split-half, else (2j, 2j + 1); frequency j either way.
-    for (uint j = lid; j < HALF; j += WG) {
-        uint de = ROPE_SPLIT != 0 ? j : 2 * j, dof = ROPE_SPLIT != 0 ? j + HALF : 2 * j + 1;
+    // Pair j: dims (j, j + RH) split-half, else (2j, 2j + 1); frequency j either way.
+    for (uint j = lid; j < RH; j += WG) {
+        uint de = ROPE_SPLIT != 0 ? j : 2 * j, dof = ROPE_SPLIT != 0 ? j + RH : 2 * j + 1;
         float e = (is_q ? act[base + de] : kc[kbase + de]) * inv * vec[wn + de];
         float o = (is_q ? act[base + dof] : kc[kbase + dof]) * inv * vec[wn + dof];
         float c = vec[COS_OFF + pos * HALF + j], s = vec[SIN_OFF + pos * HALF + j];
@@ -43,6 +43,14 @@ void main() {
         } else {
             kc[kbase + de] = ne;
             kc[kbase + dof] = o;
+        }
+    }
+    // Partial rotary: the dims past the rotated ones are only normed.
+    for (uint i = 2 * RH + lid; i < HD; i += WG) {
+        if (is_q) {
+            act[base + i] = act[base + i] * inv * vec[wn + i];
+        } else {
+            kc[kbase + i] = kc[kbase + i] * inv * vec[wn + i];
         }
     }
 }

@@ -5,7 +5,7 @@
 // a key at position p by (p' - p) gives the key at p'. Invocation per (slot, pair). The bound
 // K planes are pc.flags layers (all of them, or one group where they exceed one binding).
 // Pairs as the keys were rotated (matmul_common.glsl): adjacent dims, or with ROPE_SPLIT
-// dims (j, j + HALF) of a head.
+// dims (j, j + RH) of a head (partial rotary: only the first RH pairs turn).
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
@@ -16,10 +16,11 @@ void main() {
     uint s = id / (KVD / 2), p = id % (KVD / 2);
     if (s >= pc.count) return;
     uint j = p % HALF;
+    if (j >= RH) return;  // a dim partial rotary leaves alone
     float c = rot_cos[s * HALF + j], sn = rot_sin[s * HALF + j];
     for (uint l = 0; l < pc.flags; l++) {
         uint k = (l * S + s) * KVD + (ROPE_SPLIT != 0 ? (p / HALF) * HD + j : 2 * p);
-        uint ko = k + (ROPE_SPLIT != 0 ? HALF : 1);
+        uint ko = k + (ROPE_SPLIT != 0 ? RH : 1);
         float e = kc[k], o = kc[ko];
         kc[k] = e * c - o * sn;
         kc[ko] = o * c + e * sn;

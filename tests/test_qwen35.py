@@ -258,8 +258,7 @@ def test_tokenizer_and_thinking_template(qwen35) -> None:
 
 def test_other_backends_and_the_catalog(qwen35, tmp_path) -> None:
     problems = problems_running(qwen35.config.features, "qwen35")
-    assert problems["numpy"] is None
-    assert problems["vulkan"].startswith("the Vulkan backend does not implement")
+    assert problems == {"numpy": None, "ggml": None, "vulkan": None}
     entries = scan(Roots(tmp_path, {"CHANNEL_MODELS": str(FIXTURES)}))
     entry = next(e for e in entries if e.architecture == "qwen35")
     assert entry.supported and "delta_layers" in entry.features

@@ -16,7 +16,7 @@ from gguf import GGMLQuantizationType as QT
 
 from engine.backends.vulkan.tuning import GPU
 from engine.conversation import Conversation
-from engine.model.layer_kinds import CONV, FULL
+from engine.model.layer_kinds import CONV, DELTA, FULL
 
 from .parity import POLICY, TOKENS, run_steps, tiny
 from .test_vulkan_prefill import assert_tiled_prefill_then_decode, watch_dispatches
@@ -33,6 +33,9 @@ MODELS = {
     # Short-convolution layers around one attention layer (QK-norm, split-half RoPE): the
     # ring holds one plane, the carries their own.
     "lfm2": {"architecture": "lfm2", "n_layers": 4, "layer_kinds": (CONV, CONV, FULL, CONV)},
+    # Three gated delta-net layers to one attention layer with gated queries, QK-norm and RoPE
+    # on 8 of its 32 dims (partial rotary).
+    "qwen35": {"architecture": "qwen35", "n_layers": 4, "head_dim": 32, "rope_dim": 8},
 }
 ARCHS = sorted(MODELS)
 
@@ -55,10 +58,12 @@ def test_every_step_matches_numpy(tmp_path_factory, vk_backend, arch, qtype) -> 
     np.testing.assert_allclose(b.v_cache[:, :n], a.v_cache[:, :n], atol=ATOL, rtol=0)
     # The features live in shader epilogues: a decode step dispatches what llama's does, but
     # for QK-norm's one an attention layer (its norm spans a head, which spans the product's
-    # workgroups); a CONV layer as many as llama's attention layer.
+    # workgroups) and a gated query's one (sigmoid_gate); a CONV layer as many as llama's
+    # layer; a DELTA layer three more (its three input products, the convolution, the rule).
     cfg = model.config
-    per_layer = 5 * cfg.n_layers + int(cfg.arch.qk_norm) * cfg.n_full
-    assert conv.forward.dispatches_per_token == per_layer + 3
+    attention = 5 + int(cfg.arch.qk_norm) + int(cfg.arch.gated_query)
+    per_layer = {FULL: attention, CONV: 5, DELTA: 8}
+    assert conv.forward.dispatches_per_token == sum(per_layer[k] for k in cfg.kinds) + 3
     for name in ("conv_state", "delta_conv", "delta_state", "kw_cache", "vw_cache"):
         if name in ref.arena.layout:  # the layer planes outside the ring, as numpy left them
             np.testing.assert_allclose(getattr(b, name), getattr(a, name), atol=ATOL, rtol=0)

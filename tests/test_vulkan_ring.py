@@ -11,9 +11,7 @@ import pytest
 from gguf import GGMLQuantizationType as QT
 
 from engine.conversation import Conversation
-from engine.model.architecture import SPLIT_HALF
 from engine.model.layer_kinds import CONV, FULL
-from engine.model.rope import rotate_halves, rotate_pairs
 from engine.state.ring_policy import RingPolicy
 
 from .parity import tiny
@@ -31,12 +29,15 @@ def feed(conv: Conversation, count: int, seed: int) -> None:
             conv.forward.decode_one_token(t)
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3", "lfm2"])
+@pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3", "lfm2", "qwen35"])
 def ring_model(request, tmp_path_factory):
     if request.param == "llama":
         return request.getfixturevalue("tiny_model")
-    extra = {"qwen3": {"head_dim": 32},  # LFM2: conv carries beside the ring's one plane
-             "lfm2": {"n_layers": 3, "layer_kinds": (CONV, FULL, CONV)}}
+    # LFM2: conv carries beside the ring's one plane; Qwen3.5: delta-rule states beside it,
+    # and keys rotated on 8 of their 32 dims (partial rotary: the rebase turns those alone).
+    extra = {"qwen3": {"head_dim": 32},
+             "lfm2": {"n_layers": 3, "layer_kinds": (CONV, FULL, CONV)},
+             "qwen35": {"n_layers": 4, "head_dim": 32, "rope_dim": 8}}
     return tiny(tmp_path_factory, QT.F32, architecture=request.param,
                 **extra.get(request.param, {}))
 
@@ -61,8 +62,9 @@ def test_eviction_and_rebase_match_numpy(ring_model, vk_backend) -> None:
     np.testing.assert_allclose(vb.k_cache[:, :n], va.k_cache[:, :n], atol=2e-4, rtol=0)
     np.testing.assert_allclose(vb.v_cache[:, :n], va.v_cache[:, :n], atol=2e-4, rtol=0)
     np.testing.assert_allclose(vb.logits, va.logits, atol=2e-4, rtol=0)
-    if "conv_state" in convs[0].arena.layout:  # carries follow every token, evicted or not
-        np.testing.assert_allclose(vb.conv_state, va.conv_state, atol=2e-4, rtol=0)
+    for name in ("conv_state", "delta_conv", "delta_state"):  # every token, evicted or not
+        if name in convs[0].arena.layout:
+            np.testing.assert_allclose(getattr(vb, name), getattr(va, name), atol=2e-4, rtol=0)
 
 
 def test_device_key_rotation_equals_numpy_rebase(ring_model, vk_backend) -> None:
@@ -79,8 +81,8 @@ def test_device_key_rotation_equals_numpy_rebase(ring_model, vk_backend) -> None
     want = v.k_cache[:, :n].copy()
     a = np.empty((n, kvh, hd // 2), np.float32)
     b = np.empty_like(a)
-    rotate = rotate_halves if tiny_model.config.arch.rope_style == SPLIT_HALF else rotate_pairs
-    for layer in want:
-        rotate(layer.reshape(n, kvh, hd), v.rebase_cos[:n], v.rebase_sin[:n], a, b)
+    for layer in want:  # the model's own rotation: pairs, halves, or partial rotary's
+        tiny_model.rope.rotate(layer.reshape(n, kvh, hd), v.rebase_cos[:n], v.rebase_sin[:n],
+                               a, b)
     conv.forward.rotate_keys(n)
     np.testing.assert_allclose(v.k_cache[:, :n], want, atol=1e-6, rtol=0)

@@ -44,7 +44,8 @@ READ_TYPES: frozenset[_QT] = frozenset(_QT(t) for t in SOURCES)
 # each behind a specialization constant, so a model that does not need one runs none of it.
 ARCH_FEATURES: frozenset[str] = frozenset({"split_half_rope", "qkv_bias", "qk_norm",
                                            "wide_heads", "fused_qkv", "fused_gate_up",
-                                           "conv_layers"})
+                                           "conv_layers", "delta_layers", "gated_query",
+                                           "partial_rotary"})
 FEATURES: frozenset[str] = features_of(READ_TYPES) | ARCH_FEATURES
 __all__ = ["FEATURES", "READ_TYPES", "DeviceInfo", "UnsupportedTensorTypeForVulkanError",
            "VulkanUnavailableError", "probe"]

@@ -60,6 +60,10 @@ class Copy:
     # the shaders rotate (a fused q|k|v's v rows stay as they are).
     interleave: int = 0
     rotated: int = 0
+    # A gated query's attn_q (Qwen3.5) holds per head `gated` query rows, then as many gate
+    # rows: part 1 copies the heads' query rows, part 2 their gate rows; 0 every row.
+    gated: int = 0
+    part: int = 0
 
 
 class Planner:
@@ -105,13 +109,18 @@ class Planner:
         return used_t + texels <= self.cap and used_w + words <= self.cap
 
     def matrix(self, *names: str, pieces: bool = False,
-               interleave: dict[str, tuple[int, int]] | None = None) -> tuple[Matrix, ...]:
+               interleave: dict[str, tuple[int, int]] | None = None,
+               gated: tuple[str, int] | None = None) -> tuple[Matrix, ...]:
         """The matrix of `names` stacked by rows, whole in one chunk (a new one where the
         current chunk is full); with `pieces`, cut into runs of rows where it exceeds a chunk.
         `interleave`: tensor -> (head width, rows) of those whose RoPE pairs are split-half
-        (Copy)."""
+        (Copy). `gated`: (tensor, head width) of a gated query's attn_q among `names`: its
+        query rows stand in its place, its gate rows go last."""
         qtype, cols, infos = self._infos(names)
         enc, rows = ENCODINGS[qtype], sum(i.shape[1] for i in infos)
+        parts = [(n, i, 1 if gated and n == gated[0] else 0) for n, i in zip(names, infos)]
+        if gated:
+            parts.append((gated[0], self.info(gated[0]), 2))
         blocks = rows * cols // 32
         texels, words = enc.payload_texels(blocks), enc.scale_words(blocks)
         if not self._room(texels, words) and self.chunks[-1] != [0, 0]:
@@ -119,10 +128,11 @@ class Planner:
         if self._room(texels, words):
             chunk, (texel, block) = len(self.chunks) - 1, self.chunks[-1]
             m = Matrix(qtype, rows, cols, texel, block, chunk)
-            for name, i in zip(names, infos):
-                n = i.shape[0] * i.shape[1] // 32
-                width, rotated = (interleave or {}).get(name, (0, 0))
-                self.copies.append(Copy(name, qtype, chunk, texel, block, 0, n, width, rotated))
+            for name, i, part in parts:
+                n = i.shape[0] * i.shape[1] // (64 if part else 32)  # a part: half the rows
+                width, rotated = (interleave or {}).get(name, (0, 0)) if part < 2 else (0, 0)
+                self.copies.append(Copy(name, qtype, chunk, texel, block, 0, n, width, rotated,
+                                        gated[1] if part else 0, part))
                 texel, block = texel + enc.payload_texels(n), block + enc.scale_words(n)
             self.chunks[-1] = [texel, block]
             return (m,)

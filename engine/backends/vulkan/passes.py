@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...align import ceil_div
-from ...model.architecture import CONV, SPLIT_HALF
+from ...model.architecture import CONV, DELTA, SPLIT_HALF
 from ...model.config import ModelConfig
 from ...state.evict_policy import SCORE_MODES, score_scale
 from ...state.ring_policy import RingPolicy
@@ -63,7 +63,11 @@ class PassRecorder:
             # The architecture's layout: 0 for llama's, whose shaders compile the code out.
             "ROPE_SPLIT": int(cfg.arch.rope_style == SPLIT_HALF),
             "QKV_BIAS": int(cfg.arch.qkv_bias), "QK_NORM": int(cfg.arch.qk_norm),
-            "CONV_K": cfg.conv_kernel,
+            # Partial rotary's pairs: only Qwen3.5 has it (gguf_file.py), whose QK-norm rotates.
+            "ROT_HALF": cfg.rotary_dim // 2 if cfg.rotary_dim < cfg.head_dim else 0,
+            "GATED_Q": int(cfg.arch.gated_query),
+            "CONV_K": cfg.conv_kernel, "DK": cfg.delta_head_dim or 16,
+            "NKH": cfg.delta_k_heads or 1, "NVH": cfg.delta_v_heads or 1,
         }
         self.dispatches = 0
         self._bound = (0, 0)  # the descriptor set bound: (weight chunk, K/V group)
@@ -149,15 +153,16 @@ class PassRecorder:
 
     # -- the pass -------------------------------------------------------------------------
     def _matmul(self, shape: PassShape, mode: int, m: Matrix, *, norm: int | None,
-                in_off: int, out_off: int, layer: int | None = None, bias: int = 0) -> None:
+                in_off: int, out_off: int, layer: int | None = None, bias: int = 0,
+                gates: int = 0) -> None:
         """`layer`: q|k|v's, whose K/V planes the epilogue writes; `bias`: its q|k|v bias
-        (where QKV_BIAS). The logits' `out_off` is the first logit a piece of the output
-        matrix writes."""
+        (where QKV_BIAS); `gates`: where it stores a gated query's gates (GATED_Q). The
+        logits' `out_off` is the first logit a piece of the output matrix writes."""
         t = self.t
         gate_up = mode == MODE_GATEUP
         if mode != MODE_LOGITS and record_product(self, shape, mode, m, gate_up=gate_up,
                                                   norm=norm, in_off=in_off, out_off=out_off,
-                                                  kv_layer=layer, bias=bias):
+                                                  kv_layer=layer, bias=bias, gates=gates):
             return
         rows = m.rows // 2 if gate_up else m.rows
         tokens = 1 if mode == MODE_LOGITS else matmul_tokens(
@@ -169,7 +174,7 @@ class PassRecorder:
                   1 if mode == MODE_LOGITS else ceil_div(shape.bucket, tokens))
         self._dispatch("matmul", spec, groups, chunk=m.chunk, kv_layer=layer, w_texel=m.texel,
                        w_block=m.block, norm_off=norm or 0, in_off=in_off, out_off=out_off,
-                       count=bias)
+                       count=bias, per_t=gates)
 
     def _attention(self, shape: PassShape, lw: LayerMatrices, plane: int) -> None:
         """Attention over the ring, plane `plane` of its K/V, into the residual stream; a
@@ -177,7 +182,7 @@ class PassRecorder:
         scores)."""
         cfg, a, sw = self.cfg, self.res.act_layout, self.t.small_wg
         self._matmul(shape, MODE_QKV, lw.qkv, norm=lw.attn_norm, in_off=a.x, out_off=a.q,
-                     layer=plane, bias=lw.qkv_bias)
+                     layer=plane, bias=lw.qkv_bias, gates=a.aux)
         self._barrier()
         if cfg.arch.qk_norm:  # RMSNorm per q and k head, then RoPE: QK-norm models only
             self._dispatch("qk_norm", {"WG": sw}, (cfg.n_heads + cfg.n_kv_heads, shape.bucket),
@@ -200,6 +205,11 @@ class PassRecorder:
             self._dispatch("mass", {**spec, **self.scores}, groups, p_row0=0,
                            count=shape.bucket * cfg.n_heads,
                            flags=int(plane > 0) | runs | 16 * int(last), per_t=cfg.n_heads)
+        if cfg.arch.gated_query:  # attention's output times sigmoid(gate), before wo
+            self._dispatch("sigmoid_gate", {"WG": sw},
+                           (ceil_div(shape.bucket * cfg.q_dim, sw), 1), in_off=a.aux,
+                           out_off=a.attn)
+            self._barrier()
         self._matmul(shape, MODE_RESID, lw.wo, norm=None, in_off=a.attn, out_off=a.x)
         self._barrier()
 
@@ -209,10 +219,33 @@ class PassRecorder:
         a, sw = self.res.act_layout, self.t.small_wg
         self._matmul(shape, MODE_STORE, lw.qkv, norm=lw.attn_norm, in_off=a.x, out_off=a.q)
         self._barrier()
-        self._dispatch("shortconv", {"WG": sw}, (ceil_div(self.cfg.d_model, sw), 1),
+        self._dispatch("shortconv", {"WG": sw, "CONV_W": self.cfg.d_model},
+                       (ceil_div(self.cfg.d_model, sw), 1),
                        in_off=a.q, out_off=a.attn, norm_off=lw.conv_taps, layer=plane)
         self._barrier()
         self._matmul(shape, MODE_RESID, lw.wo, norm=None, in_off=a.attn, out_off=a.x)
+        self._barrier()
+
+    def _delta_net(self, shape: PassShape, lw: LayerMatrices, plane: int) -> None:
+        """A DELTA layer's gated delta net (Qwen3.5), carry and state plane `plane`, into the
+        residual stream: the three input products (q|k|v, z, beta|alpha: independent, so no
+        barrier between them), the convolution with SiLU (shortconv.comp), the delta rule
+        with its gated norm (delta_rule.comp), then ssm_out."""
+        cfg, a, sw = self.cfg, self.res.act_layout, self.t.small_wg
+        ba = a.aux + self.res.cmax * cfg.delta_inner
+        for m, out in ((lw.qkv, a.q), (lw.delta_z, a.aux), (lw.delta_ba, ba)):
+            self._matmul(shape, MODE_STORE, m, norm=lw.attn_norm, in_off=a.x, out_off=out)
+        self._barrier()
+        width = cfg.delta_conv_dim
+        self._dispatch("shortconv", {"WG": sw, "CONV_W": width, "CONV_SILU": 1},
+                       (ceil_div(width, sw), 1),
+                       in_off=a.q, out_off=a.attn, norm_off=lw.conv_taps, layer=plane)
+        self._barrier()
+        self._dispatch("delta_rule", {"WG": cfg.delta_head_dim}, (cfg.delta_v_heads, 1),
+                       in_off=a.attn, out_off=a.q, norm_off=lw.delta_vec, layer=plane,
+                       p_row0=a.aux, per_t=ba)
+        self._barrier()
+        self._matmul(shape, MODE_RESID, lw.wo, norm=None, in_off=a.q, out_off=a.x)
         self._barrier()
 
     def _forward(self, shape: PassShape) -> None:
@@ -227,6 +260,8 @@ class PassRecorder:
         for i, lw in enumerate(w.layers):
             if lw.kind == CONV:
                 self._short_conv(shape, lw, cfg.plane(i))
+            elif lw.kind == DELTA:
+                self._delta_net(shape, lw, cfg.plane(i))
             else:
                 self._attention(shape, lw, cfg.plane(i))
             self._matmul(shape, MODE_GATEUP, lw.gate_up, norm=lw.ffn_norm, in_off=a.x,

@@ -27,7 +27,9 @@ SPEC_IDS = {
     "FOLD_LOADS": 29, "SPLIT_SUBGROUPS": 32, "VALUE_LOADS": 33,  # attention_split.comp
     "ARGMAX_GROUPS": 30, "ARGMAX_BASE": 31,  # argmax.glsl
     "ROPE_SPLIT": 34, "QKV_BIAS": 35, "QK_NORM": 36,  # the architecture's (common.glsl)
-    "CONV_K": 37,  # shortconv.comp
+    "CONV_K": 37, "CONV_W": 42, "CONV_SILU": 43,  # shortconv.comp
+    "DK": 44, "NKH": 45, "NVH": 46,  # delta_rule.comp
+    "ROT_HALF": 47, "GATED_Q": 52,  # the architecture's (common.glsl)
 }
 FLOAT_SPECS = frozenset({"EPS", "SCORE_SCALE"})
 PUSH_WORDS = 10  # uint fields of common.glsl's Push block
@@ -39,10 +41,11 @@ BINDINGS = {0: TEXEL, 1: TEXEL, 2: STORAGE, 3: STORAGE, 4: STORAGE, 5: TEXEL, 6:
             13: STORAGE, 14: STORAGE, 15: TEXEL, 16: TEXEL, 17: STORAGE,
             18: STORAGE, 19: STORAGE,  # 18-19: shaders/split.glsl
             20: STORAGE,  # mass.comp: the arena's slot_salience
-            21: STORAGE}  # shortconv.comp: the arena's conv_state
+            21: STORAGE,  # shortconv.comp: the arena's conv_state or delta_conv
+            24: STORAGE}  # delta_rule.comp: the arena's delta_state
 SHADERS = ("matmul", "embed", "attention", "mass", "rmsnorm", "rope_rebase", "argmax",
            "attention_split", "matmul_tiled", "matmul_coopmat", "attention_prefill", "qk_norm",
-           "shortconv")
+           "shortconv", "delta_rule", "sigmoid_gate")
 
 
 class MissingShaderError(FileNotFoundError):

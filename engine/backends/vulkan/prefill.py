@@ -44,7 +44,7 @@ def attention_tiles(t: Tuning, bucket: int) -> int:
 
 def record_product(rec: PassRecorder, shape: PassShape, mode: int, m: Matrix, *,
                    gate_up: bool, norm: int | None, in_off: int, out_off: int,
-                   kv_layer: int | None, bias: int = 0) -> bool:
+                   kv_layer: int | None, bias: int = 0, gates: int = 0) -> bool:
     """Record Y = X W^T over the chunk in tiles with matmul.comp's epilogue `mode` (not the
     logits: one token); False if this pass shape is not tiled (decode, small chunks)."""
     if not tiled(rec.t, shape):
@@ -58,7 +58,7 @@ def record_product(rec: PassRecorder, shape: PassShape, mode: int, m: Matrix, *,
     groups = (ceil_div(rows, out_rows), ceil_div(shape.bucket, tokens))
     rec._dispatch(shader, spec, groups, chunk=m.chunk, kv_layer=kv_layer, w_texel=m.texel,
                   w_block=m.block, norm_off=norm or 0, in_off=in_off, out_off=out_off,
-                  count=bias)
+                  count=bias, per_t=gates)
     return True
 
 

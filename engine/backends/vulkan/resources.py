@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...model.architecture import CONV
+from ...model.architecture import CONV, DELTA
 from ...model.config import ModelConfig
 from ...state.arena import StateArena
 from .buffers import (
@@ -37,20 +37,29 @@ class ActLayout:
     """Float offsets of the activation rows in the act buffer; each region is [cmax, width]."""
 
     x: int  # [cmax, d_model] residual stream
-    q: int  # [cmax, q_dim] post-RoPE queries; a CONV layer's [cmax, 3*d_model] B | C | x
-    attn: int  # [cmax, q_dim] attention outputs; a CONV layer's [cmax, d_model] C * conv
+    # Each region's other uses by layer kind: a CONV layer's B | C | x rows (q) and C * conv
+    # (attn); a DELTA layer's q|k|v projection (q), its convolution's output (attn) and then
+    # the rule's gated output (q again: the projection is spent by then).
+    q: int  # [cmax, q_dim] post-RoPE queries
+    attn: int  # [cmax, q_dim] attention outputs
     ffn: int  # [cmax, ffn_dim] silu(gate) * up
+    # [cmax, q_dim] a gated query's gates; a DELTA layer's z [cmax, inner], then its beta |
+    # alpha rows [cmax, 2*v_heads] from aux + cmax*inner. Absent (0 wide) in other models.
+    aux: int
     floats: int
 
     @staticmethod
     def for_config(cfg: ModelConfig, cmax: int) -> ActLayout:
-        conv = CONV in cfg.kinds
-        q_width = max(cfg.q_dim, 3 * cfg.d_model if conv else 0)
-        attn_width = max(cfg.q_dim, cfg.d_model if conv else 0)
+        conv, delta = CONV in cfg.kinds, DELTA in cfg.kinds
+        q_width = max(cfg.q_dim, 3 * cfg.d_model * conv, cfg.delta_conv_dim * delta)
+        attn_width = max(cfg.q_dim, cfg.d_model * conv, cfg.delta_conv_dim * delta)
+        aux_width = max(cfg.q_dim * cfg.arch.gated_query,
+                        (cfg.delta_inner + 2 * cfg.delta_v_heads) * delta)
         x, q = 0, cmax * cfg.d_model
         attn = q + cmax * q_width
         ffn = attn + cmax * attn_width
-        return ActLayout(x, q, attn, ffn, ffn + cmax * cfg.ffn_dim)
+        aux = ffn + cmax * cfg.ffn_dim
+        return ActLayout(x, q, attn, ffn, aux, aux + cmax * aux_width)
 
 
 class ConversationResources:
@@ -120,8 +129,11 @@ class ConversationResources:
             15: (whole(self.act), RGBA32_SFLOAT, 16), 16: (whole(weights.vec), RGBA32_SFLOAT, 16),
             17: whole(self.out_buf), 18: whole(self.splits), 19: whole(self.counters),
             20: region("slot_salience"),
-            # A model without CONV layers binds a stand-in the shaders it runs never read.
-            21: region("conv_state") if "conv_state" in arena.layout else whole(self.out_buf),
+            # Conv carries and delta-rule states; a model without such layers binds a stand-in
+            # the shaders it runs never read. No model has both CONV and DELTA layers.
+            21: region("conv_state") if "conv_state" in arena.layout else
+            region("delta_conv") if "delta_conv" in arena.layout else whole(self.out_buf),
+            24: region("delta_state") if "delta_state" in arena.layout else whole(self.out_buf),
         }
         # The ring's planes: one a FULL layer (cfg.plane(layer) of the layer's).
         plane = arena.layout["k_cache"].nbytes // cfg.n_full  # one layer's K (or V) plane

@@ -19,7 +19,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as QT
 
-from ...model.architecture import CONV, FULL, SPLIT_HALF
+from ...model.architecture import CONV, DELTA, FULL, SPLIT_HALF
 from ...model.model import Model, TensorInfo
 from .buffers import DeviceBuffer, device_buffer, staging_buffer
 from .chunks import TYPE_NAMES, Copy, Matrix, Planner
@@ -32,9 +32,10 @@ RECODE_BLOCKS = 1 << 18  # 32-element blocks re-encoded at a time (a multiple of
 
 @dataclass(frozen=True)
 class LayerMatrices:
-    # The token mixer's products: attention's q|k|v and output, or a CONV layer's in_proj
-    # (3*d_model, d_model: B, C and x rows) and out_proj (d_model, d_model).
-    qkv: Matrix  # (q_dim + 2*kv_dim, d_model)
+    # The token mixer's products: attention's q|k|v (and a gated query's gates, Qwen3.5) and
+    # output; a CONV layer's in_proj (3*d_model, d_model: B, C and x rows) and out_proj
+    # (d_model, d_model); a DELTA layer's q|k|v projection (conv_dim rows) and ssm_out.
+    qkv: Matrix  # (q_dim + 2*kv_dim [+ q_dim of gates], d_model)
     wo: Matrix  # (d_model, q_dim)
     gate_up: Matrix  # (2*ffn_dim, d_model): gate rows, then up rows
     down: Matrix  # (d_model, ffn_dim)
@@ -42,8 +43,13 @@ class LayerMatrices:
     ffn_norm: int
     qkv_bias: int = 0  # vec offset of the (q_dim + 2*kv_dim,) q|k|v bias (qwen2), if any
     qk_norm: int = 0  # vec offset of the (head_dim,) q then k QK-norm weights (qwen3), if any
-    kind: str = FULL  # the layer's state kind (layer_kinds.py): FULL or CONV here
-    conv_taps: int = 0  # CONV: vec offset of the (d_model, conv_kernel) taps, oldest first
+    kind: str = FULL  # the layer's state kind (layer_kinds.py): FULL, CONV or DELTA here
+    conv_taps: int = 0  # CONV, DELTA: vec offset of the (channels, conv_kernel) taps
+    # DELTA: the output gate z (inner, d_model), beta then alpha rows (2*v_heads, d_model), and
+    # the vec offset of dt (v_heads), a (v_heads), then the gated norm's weights (head).
+    delta_z: Matrix | None = None
+    delta_ba: Matrix | None = None
+    delta_vec: int = 0
 
 
 @dataclass
@@ -77,6 +83,17 @@ def upload_weights(ctx: Context, model: Model) -> DeviceWeights:
                 qkv=p.matrix(b + "shortconv.in_proj.weight")[0],
                 wo=p.matrix(b + "shortconv.out_proj.weight")[0],
                 conv_taps=p.vector(b + "shortconv.conv.weight", cfg.d_model * cfg.conv_kernel))
+        elif kind == DELTA:
+            nv, hd = cfg.delta_v_heads, cfg.delta_head_dim
+            mixer = dict(
+                qkv=p.matrix(b + "attn_qkv.weight")[0],
+                delta_z=p.matrix(b + "attn_gate.weight")[0],
+                delta_ba=p.matrix(b + "ssm_beta.weight", b + "ssm_alpha.weight")[0],
+                wo=p.matrix(b + "ssm_out.weight")[0],
+                conv_taps=p.vector(b + "ssm_conv1d.weight",
+                                   cfg.delta_conv_dim * cfg.conv_kernel),
+                delta_vec=p.stacked([b + "ssm_dt.bias", b + "ssm_a", b + "ssm_norm.weight"],
+                                    [nv, nv, hd]))
         else:
             # Fused q|k|v and gate|up (phi3) are one tensor each, in the order the pass reads.
             qkv = [b + "attn_qkv.weight"] if arch.fused_qkv else [
@@ -86,8 +103,9 @@ def upload_weights(ctx: Context, model: Model) -> DeviceWeights:
             interleave = {n: (cfg.head_dim, rows) for n, rows in zip(qkv, rotated)} \
                 if arch.rope_style == SPLIT_HALF else {}
             bias = [b + "attn_q.bias", b + "attn_k.bias", b + "attn_v.bias"]
+            gated = (qkv[0], cfg.head_dim) if arch.gated_query else None
             mixer = dict(
-                qkv=p.matrix(*qkv, interleave=interleave)[0],
+                qkv=p.matrix(*qkv, interleave=interleave, gated=gated)[0],
                 wo=p.matrix(b + "attn_output.weight")[0],
                 qkv_bias=p.stacked(bias, [cfg.q_dim, cfg.kv_dim, cfg.kv_dim])
                 if arch.qkv_bias else 0,
@@ -173,7 +191,13 @@ def _copy_blocks(raw: np.ndarray, t: TensorInfo, wq: np.ndarray, ws: np.ndarray,
     per = elements // 32  # 32-element blocks per GGUF block: 1, or a K-quant's 8
     start = t.offset + cp.first // per * block_bytes
     count = cp.count // per
-    blocks = raw[start : start + count * block_bytes].reshape(count, block_bytes)
+    if cp.part:  # one half of every head's rows: the queries' (1) or the gates' (2)
+        nb = t.shape[0] // 32 // per
+        heads = raw[start : start + 2 * count * block_bytes].reshape(-1, 2, cp.gated, nb,
+                                                                      block_bytes)
+        blocks = heads[:, cp.part - 1].reshape(count, block_bytes)
+    else:
+        blocks = raw[start : start + count * block_bytes].reshape(count, block_bytes)
     if cp.interleave:  # whole tensor: row 2i of each head from row i, 2i + 1 from i + width/2
         nb, width = t.shape[0] // 32 // per, cp.interleave
         rows = count // nb

@@ -1,0 +1,73 @@
+#version 450
+// A DELTA layer's gated delta rule (Qwen3.5; engine/backends/numpy/delta.py is the reference),
+// after shortconv.comp (CONV_SILU) left silu(conv(q | k | v)) in act[in + t*CD], and before
+// ssm_out. One workgroup a value head h, DK invocations: invocation j keeps row j of the
+// head's state S^T (S[:, j], the arena's delta_state [planes, NVH, DK, DK], value index first)
+// in registers for the whole pass. Token by token, as numpy:
+//   q, k of key head h % NKH L2-normalised (q also times 1/sqrt(DK));
+//   S *= exp(a * softplus(alpha + dt)); S += k (sigmoid(beta) (v - k.S)); o = q.S;
+//   out = rmsnorm(o) * ssm_norm * silu(z),
+// into act[out + t*INNER]. Inputs beside the convolution's: z at act[pc.p_row0 + t*INNER],
+// beta | alpha at act[pc.per_t + t*2*NVH]; VEC pc.norm_off holds dt [NVH], a [NVH], then the
+// norm's weights [DK].
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+
+layout(constant_id = 44) const uint DK = 16;   // head width (keys and values alike)
+layout(constant_id = 45) const uint NKH = 2;   // key heads
+layout(constant_id = 46) const uint NVH = 4;   // value heads
+layout(std430, binding = 24) buffer DeltaState { float state[]; };
+
+layout(local_size_x_id = 0) in;  // WG == DK
+
+const uint CD = (2 * NKH + NVH) * DK;  // q | k | v width
+const uint INNER = NVH * DK;
+const float L2_EPS = 1e-6;
+
+shared float qs[DK], ks[DK], os[DK];
+
+void main() {
+    uint j = gl_LocalInvocationID.x, h = gl_WorkGroupID.x, kh = h % NKH;
+    uint row = ((pc.layer * NVH + h) * DK + j) * DK;
+    float s[DK];
+    [[unroll]] for (uint i = 0; i < DK; i++) s[i] = state[row + i];
+    float dt = vec[pc.norm_off + h], a = vec[pc.norm_off + NVH + h];
+    float w = vec[pc.norm_off + 2 * NVH + j], qscale = 1.0 / sqrt(float(DK));
+    for (uint t = 0; t < prm.C; t++) {
+        uint base = pc.in_off + t * CD;
+        qs[j] = act[base + kh * DK + j];
+        ks[j] = act[base + (NKH + kh) * DK + j];
+        float v = act[base + (2 * NKH + h) * DK + j];
+        barrier();
+        float qq = 0.0, kk = 0.0;
+        for (uint i = 0; i < DK; i++) {
+            qq += qs[i] * qs[i];
+            kk += ks[i] * ks[i];
+        }
+        float qn = 1.0 / sqrt(qq + L2_EPS), kn = 1.0 / sqrt(kk + L2_EPS);
+        float x = act[pc.per_t + t * 2 * NVH + NVH + h] + dt;  // alpha + dt
+        float softplus = max(x, 0.0) + log(1.0 + exp(-abs(x)));
+        float g = exp(softplus * a);
+        float b = 1.0 / (1.0 + exp(-act[pc.per_t + t * 2 * NVH + h]));
+        float mem = 0.0;
+        [[unroll]] for (uint i = 0; i < DK; i++) {
+            s[i] *= g;
+            mem += s[i] * (ks[i] * kn);
+        }
+        mem = (v - mem) * b;
+        float o = 0.0;
+        [[unroll]] for (uint i = 0; i < DK; i++) {
+            s[i] += mem * (ks[i] * kn);
+            o += s[i] * (qs[i] * qn * qscale);
+        }
+        os[j] = o;
+        barrier();
+        float ss = 0.0;
+        for (uint i = 0; i < DK; i++) ss += os[i] * os[i];
+        float inv = 1.0 / sqrt(ss * (1.0 / float(DK)) + EPS);
+        float z = act[pc.p_row0 + t * INNER + h * DK + j];
+        act[pc.out_off + t * INNER + h * DK + j] = o * inv * w * (z / (1.0 + exp(-z)));
+        barrier();  // the shared rows are rewritten for the next token
+    }
+    [[unroll]] for (uint i = 0; i < DK; i++) state[row + i] = s[i];
+}
