@@ -128,6 +128,19 @@ def test_a_kv_plane_past_the_limit_is_refused(tmp_path_factory, monkeypatch,
         Conversation(model, POLICY, backend=backend)
 
 
+def test_rope_tables_past_the_limit_are_named(tmp_path_factory, monkeypatch,
+                                              backend_with) -> None:
+    """A long context's RoPE tables (here 4096 positions: 256 KiB) are what passes the limit,
+    and the refusal says so rather than blaming the ring."""
+    model = tiny(tmp_path_factory, QT.Q4_0, seed=3, n_layers=4, context_length=4096)
+    backend = backend_with(CPU)
+    lower_limits(monkeypatch, backend, 1 << 27, 64 << 10)
+    with pytest.raises(ValueError) as err:
+        Conversation(model, POLICY, backend=backend)
+    msg = str(err.value)
+    assert msg.startswith("weights.vec:") and "RoPE tables" in msg and "ring" not in msg
+
+
 def _info(rows: int, cols: int, qtype: int = 2) -> TensorInfo:
     elements, nbytes = GGML_QUANT_SIZES[QT(qtype)]
     return TensorInfo(qtype, (cols, rows), 0, rows * cols // elements * nbytes)

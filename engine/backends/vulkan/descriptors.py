@@ -117,11 +117,21 @@ class DescriptorSets:
         return dset
 
 
+# What makes each scratch or weight buffer large, for a refusal's advice (the arena and the
+# probability rows grow with the ring's slots).
+STORAGE_HINTS = {
+    "weights.vec": "its RoPE tables cover the model's whole context length; this device "
+                   "cannot bind them",
+    "act": "use a smaller prefill chunk",
+}
+
+
 def check_storage(ctx: Context, buf: DeviceBuffer, offset: int, nbytes: int) -> None:
     lim = ctx.limits
     if offset % lim.storage_offset_align:
         raise ValueError(f"{buf.label}: storage offset {offset} is misaligned")
     if nbytes > lim.max_storage_range:
+        hint = STORAGE_HINTS.get(buf.label, "use a smaller ring: fewer slots")
         raise ValueError(
             f"{buf.label}: a {nbytes}-byte region exceeds this device's maxStorageBufferRange "
-            f"of {lim.max_storage_range} bytes (use a smaller ring: fewer slots)")
+            f"of {lim.max_storage_range} bytes ({hint})")
