@@ -6,6 +6,8 @@
 # and benches Vulkan against llama.cpp CUDA on it.
 # carry: .gl .whl .model/tokenizer.gguf .llama      ($OUT: gpu-tests.log, <preset>.json/.log)
 #   PRESETS="qwen2.5-0.5b" bash scripts/device/kquant.sh
+# The hybrids Vulkan runs too (their GPU tests are among the ones above):
+#   PRESETS="lfm2-350m qwen3.5-0.8b gemma3-270m" bash scripts/device/kquant.sh
 source scripts/device/common.sh
 setup
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
