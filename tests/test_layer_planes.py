@@ -21,6 +21,7 @@ from engine.snapshot.chain import restore
 from engine.snapshot.format import SnapshotIdentityError
 from engine.snapshot.snapshotter import Snapshotter
 from engine.state.arena import conversation_layout
+from engine.state.rebase import rebase
 from engine.state.ring_policy import RingPolicy
 
 POLICY = RingPolicy(max_slots=64, recent_window=8, evict_batch=8, prefill_chunk=16)
@@ -130,7 +131,7 @@ def test_a_rebase_shifts_the_window_keys_by_the_same_distance(tiny_model) -> Non
     v.slot_pos[:20] = np.arange(100, 120)
     v.ring_counters[3] = 120  # next position
     keys = v.kw_cache.copy()
-    conv.ring._rebase()
+    rebase(conv.ring)
     assert conv.ring.next_pos == 20 and conv.ring.rebases == 1
     cfg, rope = model.config, model.rope_window
     shift = 20 - 120

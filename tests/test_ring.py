@@ -7,6 +7,7 @@ import pytest
 
 from engine.conversation import Conversation
 from engine.model.rope import rotate_pairs
+from engine.state.rebase import rebase
 from engine.state.ring import RingFullError
 from engine.state.ring_policy import RingPolicy
 
@@ -110,7 +111,7 @@ def test_rebase_rerotated_keys_equal_keys_rotated_fresh(tiny_model) -> None:
     v.slot_pos[:n] = old_pos
     v.slot_active[:n] = 1
     v.ring_counters[0], v.ring_counters[3] = n, int(old_pos[-1]) + 1  # n_active, next_pos
-    conv.ring._rebase()
+    rebase(conv.ring)
     np.testing.assert_allclose(v.k_cache[:, :n], rotated(np.arange(n)), atol=2e-5, rtol=0)
     assert list(v.slot_pos[:n]) == list(range(n))
     assert conv.ring.next_pos == n and conv.ring.rebases == 1

@@ -6,15 +6,22 @@ layout too."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 
 from engine.conversation import Conversation
 from engine.model.layer_kinds import CONV, FULL
+from engine.model.model import load_model
+from engine.session.session import Session
 from engine.state.ring_policy import RingPolicy
 
 from .parity import tiny
+from .rollback_checks import assert_undo_and_regenerate_are_exact
+
+FIXTURES = Path(__file__).parent / "fixtures" / "arch"
 
 POLICY = RingPolicy(max_slots=64, recent_window=8, evict_batch=8, prefill_chunk=16)
 
@@ -42,9 +49,21 @@ def ring_model(request, tmp_path_factory):
                 **extra.get(request.param, {}))
 
 
-def test_eviction_and_rebase_match_numpy(ring_model, vk_backend) -> None:
+@pytest.fixture(params=[False, True], ids=["mapped", "staging"])
+def staging(request, monkeypatch) -> bool:
+    """Whether the Vulkan arena is treated as memory the CPU reads slowly (a GPU's BAR): the
+    ring then rebases and marks through the device (RingDevice)."""
+    from engine.backends.vulkan import options
+    from engine.backends.vulkan.options import VulkanOptions
+
+    monkeypatch.setattr(options, "_current", VulkanOptions(force_staging=request.param))
+    return request.param
+
+
+def test_eviction_and_rebase_match_numpy(ring_model, vk_backend, staging) -> None:
     tiny_model = ring_model
     convs = [Conversation(tiny_model, POLICY, backend=b) for b in (None, vk_backend)]
+    assert (convs[1].ring.device is not None) == staging
     for conv in convs:
         conv.ingest([1, 10, 20, 30], anchors=True)
         feed(conv, 600, seed=3)  # 9x the ring, 2x the tiny model's 256-position context
@@ -65,6 +84,17 @@ def test_eviction_and_rebase_match_numpy(ring_model, vk_backend) -> None:
     for name in ("conv_state", "delta_conv", "delta_state"):  # every token, evicted or not
         if name in convs[0].arena.layout:
             np.testing.assert_allclose(getattr(vb, name), getattr(va, name), atol=2e-4, rtol=0)
+
+
+@pytest.mark.parametrize("fixture,plane", [("lfm2", "conv_state"), ("qwen35", "delta_state")])
+def test_undo_and_regenerate_through_the_device(fixture, plane, vk_backend, staging,
+                                                tmp_path) -> None:
+    """A mark copies the layer planes, and a rollback restores them, exactly, whether the CPU
+    reads them or the device stages them (copy_planes)."""
+    model = load_model(FIXTURES / f"{fixture}.gguf", tmp_path / "cache")
+    session = Session(model, tmp_path, "s", RingPolicy().scaled_to(128), vk_backend)
+    assert_undo_and_regenerate_are_exact(session, "the first message", "and the second one",
+                                         plane)
 
 
 def test_device_key_rotation_equals_numpy_rebase(ring_model, vk_backend) -> None:

@@ -5,7 +5,7 @@ prompt) first, then everything else oldest to newest. Keeping them compact means
 snapshots touch one contiguous range per layer. When the ring is full, a batch of slots outside
 the anchors and the recent window is evicted, chosen by the policy's scores (evict_policy.py),
 and the survivors slide down in order.
-When positions near the model's context length, a rebase re-indexes live slots to 0..n-1 by
+When positions near the model's context length, a rebase (rebase.py) re-indexes live slots to 0..n-1 by
 re-rotating their cached keys.
 
 A hybrid model's other layers (arena.py's add_layer_planes) follow the token stream instead:
@@ -20,7 +20,9 @@ whole truth.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -41,6 +43,7 @@ from .arena import (
 )
 from .compaction import compact_slots
 from .evict_policy import TurnSpans, choose_victims, score_scale, update_scores
+from .rebase import rebase
 from .ring_policy import RingPolicy
 
 
@@ -65,6 +68,18 @@ class RingMark:
     planes: dict[str, np.ndarray]  # copies of the layer planes outside the ring (if any)
 
 
+class RingDevice(Protocol):
+    """A backend whose arena the CPU reaches slowly (a GPU's uncached BAR window): the ring has
+    it rotate the ring's keys in a rebase and copy the layer planes for a mark, on the
+    device, rather than read and write that memory itself."""
+
+    def rotate_keys(self, count: int) -> None:
+        """Rotate every ring layer's keys of slots [0, count) by rebase_cos/rebase_sin."""
+
+    def copy_planes(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+        """Fresh host copies of the named layer planes."""
+
+
 @dataclass(frozen=True)
 class SlotSpan:
     """Slots reserved for `count` new tokens: [start, start + count) at positions pos, pos+1..."""
@@ -83,6 +98,7 @@ class KVRing:
         self.rope = rope  # the ring's (FULL) layers'
         self.window_rope = window_rope or rope  # WINDOW layers', where they differ
         self.planes = tuple(name for name in LAYER_PLANES if name in arena.layout)
+        self.device: RingDevice | None = None  # set by a backend whose arena needs one
         # Set while no snapshot is reading the live slots. Eviction and rebase move or rewrite
         # existing rows, so they wait for it; appending new tokens never does.
         self._thawed = threading.Event()
@@ -160,7 +176,7 @@ class KVRing:
             self._evict(self.n_active + count - self.policy.max_slots)
         if self.next_pos + count > self.cfg.context_length:
             self._thawed.wait()
-            self._rebase()
+            rebase(self)
         return SlotSpan(self.n_active, count, self.next_pos)
 
     def commit(self, span: SlotSpan, mass: np.ndarray, *, anchors: bool = False,
@@ -198,8 +214,9 @@ class KVRing:
     def mark(self) -> RingMark:
         v = self.arena.views()
         n = int(v.ring_counters[N_ACTIVE])
-        return RingMark(v.ring_counters.copy(), v.slot_salience[:n].copy(),
-                        {name: getattr(v, name).copy() for name in self.planes})
+        planes = {name: getattr(v, name).copy() for name in self.planes} \
+            if self.device is None or not self.planes else self.device.copy_planes(self.planes)
+        return RingMark(v.ring_counters.copy(), v.slot_salience[:n].copy(), planes)
 
     def rollback_problem(self, mark: RingMark) -> str | None:
         """Why rollback(mark) is impossible, or None."""
@@ -260,47 +277,3 @@ class KVRing:
         ends = np.append(starts[1:], self.clock)
         firsts = np.searchsorted(clocks, starts.astype(np.uint64), side="right")
         return TurnSpans(firsts.astype(np.int64), ends - starts)
-
-    def _rebase(self) -> None:
-        """Re-index live slots to positions 0..n-1, rotating each cached key by its shift."""
-        v = self.arena.views().check()
-        n = self.n_active
-        shift = v.tie_rank[:n]
-        np.subtract(v.slot_index[:n], v.slot_pos[:n], out=shift)
-        angle = v.rebase_angle[:n]
-        np.copyto(angle, shift[:, None], casting="unsafe")
-        np.multiply(angle, self.rope.inv_freq, out=angle)
-        cos, sin = v.rebase_cos[:n], v.rebase_sin[:n]
-        np.cos(angle, out=cos[:, 0, :], casting="same_kind")
-        np.sin(angle, out=sin[:, 0, :], casting="same_kind")
-        for layer in v.k_cache:
-            self._rotate_keys(v, layer[:n], self.rope, cos, sin)
-        if "kw_cache" in self.planes:
-            self._shift_window(v, n - self.next_pos)
-        np.copyto(v.slot_pos[:n], v.slot_index[:n])
-        v.ring_counters[NEXT_POS] = n
-        v.ring_counters[REBASES] = self.rebases + 1
-
-    def _shift_window(self, v, shift: int) -> None:
-        """Move every window key by `shift` positions: the window keeps its tokens' distances
-        to each other and to the tokens that follow, whatever the ring did to its own."""
-        angle = v.rebase_angle[:1]
-        np.multiply(self.window_rope.inv_freq, float(shift), out=angle[0])
-        cos, sin = v.rebase_cos[:1], v.rebase_sin[:1]
-        np.cos(angle, out=cos[:, 0, :], casting="same_kind")
-        np.sin(angle, out=sin[:, 0, :], casting="same_kind")
-        for plane in v.kw_cache:
-            self._rotate_keys(v, plane, self.window_rope, cos, sin)
-
-    def _rotate_keys(self, v, keys: np.ndarray, rope: RopeTables, cos: np.ndarray,
-                     sin: np.ndarray) -> None:
-        """Rotate cached key rows (rows, kv_dim) in place; f16 keys rotate in f32, rounded
-        once after."""
-        rows, kvh, hd = keys.shape[0], self.cfg.n_kv_heads, self.cfg.head_dim
-        work = v.compact_staging[:rows] if keys.dtype != np.float32 else keys
-        if work is not keys:
-            np.copyto(work, keys)
-        rope.rotate(work.reshape(rows, kvh, hd), cos, sin, v.rebase_a[:rows],
-                    v.rebase_b[:rows])
-        if work is not keys:
-            np.copyto(keys, work, casting="same_kind")

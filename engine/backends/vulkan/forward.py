@@ -47,11 +47,13 @@ class VulkanForward(ForwardPass):
                                          self.chunk, prows, tuning)
         self.recorder = PassRecorder(pipes, weights, self.res, cfg, ring.policy, tuning)
         self._passes: dict[PassShape, Submission] = {}
-        self._staging: DeviceBuffer | None = None
+        self._staging: dict[str, DeviceBuffer] = {}  # _stage's buffers, by purpose
         self.dispatch_counts: dict[PassShape, int] = {}
         self._decode = self._pass(PassShape(1, decode=True, logits=True, hidden=False))
         weakref.finalize(self, _retire, self.ctx, self._passes).atexit = False
         self.dispatches_per_token = self.dispatch_counts[PassShape(1, True, True, False)]
+        if not self.res.arena_cached:  # the CPU reads this arena slowly: rebases and marks
+            ring.device = self  # run their bulk work here (RingDevice)
 
     def _pass(self, shape: PassShape) -> Submission:
         """The recorded command buffer for `shape`, recorded on first use."""
@@ -142,13 +144,26 @@ class VulkanForward(ForwardPass):
         self.ring.arena.views().check()
         if self.res.arena_cached:
             return super().read_regions(names, rows)
+        return self._stage(names, rows, "snapshot")
+
+    def copy_planes(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+        """Host copies of layer planes for a ring mark (RingDevice), staged on the device into
+        their own buffer: a snapshot writer may still be reading the snapshot's."""
+        return {name: region.copy() for name, region in self._stage(names, None, "marks").items()}
+
+    def _stage(self, names: Sequence[str], rows: tuple[int, int] | None,
+               purpose: str) -> dict[str, np.ndarray]:
+        """The regions copied on the device into the host-cached staging buffer kept for
+        `purpose` (grown as needed); views of it, valid until its next use."""
         layout, base = self.ring.arena.layout, self.res.arena_offset
         runs = {n: _row_runs(layout[n], rows) for n in names}
         total = sum(align_up(sum(size for _, size in runs[n]), 64) for n in names)
-        if self._staging is None or self._staging.size < total:
-            self._staging = readback_buffer(self.ctx, total, "snapshot.staging")
+        staging = self._staging.get(purpose)
+        if staging is None or staging.size < total:
+            staging = self._staging[purpose] = readback_buffer(self.ctx, total,
+                                                               f"{purpose}.staging")
         copies, out, cursor = [], {}, 0
-        raw = self._staging.array
+        raw = staging.array
         for n in names:
             r, start = layout[n], cursor
             for offset, size in runs[n]:
@@ -158,7 +173,7 @@ class VulkanForward(ForwardPass):
                 r.shape[0], rows[1] - rows[0], *r.shape[2:])
             out[n] = raw[start:cursor].view(r.dtype).reshape(shape)
             cursor = start + align_up(cursor - start, 64)
-        v, src, dst = self.ctx.vk, self.res.arena_buf.handle, self._staging.handle
+        v, src, dst = self.ctx.vk, self.res.arena_buf.handle, staging.handle
 
         def record(cb) -> None:
             regions = [v.VkBufferCopy(srcOffset=s, dstOffset=d, size=b) for s, d, b in copies]
