@@ -2,7 +2,8 @@
 arena and must leave exactly the state the numpy backend leaves; the device key re-rotation
 must equal numpy's rebase rotation. Both for llama's interleaved RoPE pairs and for
 split-half models (qwen2's QKV bias; qwen3's QK-norm and wide heads), whose keys keep numpy's
-layout too."""
+layout too; LFM2's conv carries and Gemma 3's window planes (whose keys a rebase re-rotates on
+the host) follow every token, evicted or not."""
 
 from __future__ import annotations
 
@@ -31,12 +32,14 @@ def feed(conv: Conversation, count: int, seed: int) -> None:
             conv.forward.decode_one_token(t)
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3", "lfm2"])
+@pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3", "lfm2", "gemma3"])
 def ring_model(request, tmp_path_factory):
     if request.param == "llama":
         return request.getfixturevalue("tiny_model")
     extra = {"qwen3": {"head_dim": 32},  # LFM2: conv carries beside the ring's one plane
-             "lfm2": {"n_layers": 3, "layer_kinds": (CONV, FULL, CONV)}}
+             "lfm2": {"n_layers": 3, "layer_kinds": (CONV, FULL, CONV)},
+             # Gemma 3: five 8-token window planes beside the ring's one plane
+             "gemma3": {"n_layers": 6, "head_dim": 32, "sliding_window": 8}}
     return tiny(tmp_path_factory, QT.F32, architecture=request.param,
                 **extra.get(request.param, {}))
 
@@ -61,8 +64,9 @@ def test_eviction_and_rebase_match_numpy(ring_model, vk_backend) -> None:
     np.testing.assert_allclose(vb.k_cache[:, :n], va.k_cache[:, :n], atol=2e-4, rtol=0)
     np.testing.assert_allclose(vb.v_cache[:, :n], va.v_cache[:, :n], atol=2e-4, rtol=0)
     np.testing.assert_allclose(vb.logits, va.logits, atol=2e-4, rtol=0)
-    if "conv_state" in convs[0].arena.layout:  # carries follow every token, evicted or not
-        np.testing.assert_allclose(vb.conv_state, va.conv_state, atol=2e-4, rtol=0)
+    for name in ("conv_state", "kw_cache", "vw_cache"):  # follow every token, evicted or not
+        if name in convs[0].arena.layout:
+            np.testing.assert_allclose(getattr(vb, name), getattr(va, name), atol=2e-4, rtol=0)
 
 
 def test_device_key_rotation_equals_numpy_rebase(ring_model, vk_backend) -> None:

@@ -28,8 +28,10 @@ SPEC_IDS = {
     "ARGMAX_GROUPS": 30, "ARGMAX_BASE": 31,  # argmax.glsl
     "ROPE_SPLIT": 34, "QKV_BIAS": 35, "QK_NORM": 36,  # the architecture's (common.glsl)
     "CONV_K": 37,  # shortconv.comp
+    # Gemma 3's (common.glsl): window rows, GeGLU, the embedding and query scales.
+    "WINDOW": 38, "GEGLU": 39, "EMBED_SCALE": 40, "Q_SCALE": 41,
 }
-FLOAT_SPECS = frozenset({"EPS", "SCORE_SCALE"})
+FLOAT_SPECS = frozenset({"EPS", "SCORE_SCALE", "EMBED_SCALE", "Q_SCALE"})
 PUSH_WORDS = 10  # uint fields of common.glsl's Push block
 
 # Binding number -> descriptor type: 0 texel (uniform texel buffer), 1 storage buffer.
@@ -39,10 +41,11 @@ BINDINGS = {0: TEXEL, 1: TEXEL, 2: STORAGE, 3: STORAGE, 4: STORAGE, 5: TEXEL, 6:
             13: STORAGE, 14: STORAGE, 15: TEXEL, 16: TEXEL, 17: STORAGE,
             18: STORAGE, 19: STORAGE,  # 18-19: shaders/split.glsl
             20: STORAGE,  # mass.comp: the arena's slot_salience
-            21: STORAGE}  # shortconv.comp: the arena's conv_state
+            21: STORAGE,  # shortconv.comp: the arena's conv_state
+            22: STORAGE, 23: STORAGE}  # window_attention.comp: kw_cache, vw_cache
 SHADERS = ("matmul", "embed", "attention", "mass", "rmsnorm", "rope_rebase", "argmax",
            "attention_split", "matmul_tiled", "matmul_coopmat", "attention_prefill", "qk_norm",
-           "shortconv")
+           "shortconv", "window_attention", "window_store")
 
 
 class MissingShaderError(FileNotFoundError):
