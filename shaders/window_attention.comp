@@ -10,8 +10,8 @@
 //
 // Workgroup (g, t) is one subgroup (WG = subgroup size): the G query heads of K/V head g for
 // the pass's token t. Lanes split a head's dimensions (few registers, however wide the head;
-// a key's score is one subgroup sum), walking the candidate keys in order: two passes, the
-// scores' maximum, then the exponentials, their sum and p * v, as numpy's softmax does.
+// a key's score is one subgroup sum), walking the candidate keys in order, once: the softmax
+// is kept online (flash-attention's running maximum), each key's key and value read once.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #include "common.glsl"
@@ -84,24 +84,25 @@ void main() {
         mx[j] = -1.0 / 0.0;
         sum[j] = 0.0;
     }
+    // One pass, the softmax online: where a key raises a head's maximum, the sum and the
+    // outputs so far are rescaled to it (the first key's factor is exp(-inf) = 0). Token t's
+    // own key is always seen, so every sum is at least 1.
     for (uint s = 0; s < n; s++) {  // visible() is uniform: the subgroup sums stay in step
         if (!visible(s, t)) continue;
         scores(lane, s, g);
-        [[unroll]] for (uint j = 0; j < G; j++) mx[j] = max(mx[j], sc[j]);
-    }
-    for (uint s = 0; s < n; s++) {  // token t's own key is always seen: every sum > 0
-        if (!visible(s, t)) continue;
-        scores(lane, s, g);
-        float p[G];
+        float p[G], rescale[G];
         [[unroll]] for (uint j = 0; j < G; j++) {
-            p[j] = exp(sc[j] - mx[j]);
-            sum[j] += p[j];
+            float m = max(mx[j], sc[j]);
+            rescale[j] = exp(mx[j] - m);
+            p[j] = exp(sc[j] - m);
+            sum[j] = sum[j] * rescale[j] + p[j];
+            mx[j] = m;
         }
         [[unroll]] for (uint c = 0; c < DPL; c++) {
             uint i = lane + c * WG;
             if (i >= H4) break;
             vec4 v = key_or_value(false, s, g, i);
-            [[unroll]] for (uint j = 0; j < G; j++) o[j * DPL + c] += p[j] * v;
+            [[unroll]] for (uint j = 0; j < G; j++) o[j * DPL + c] = o[j * DPL + c] * rescale[j] + p[j] * v;
         }
     }
     [[unroll]] for (uint j = 0; j < G; j++) {

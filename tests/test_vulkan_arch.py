@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 
+from engine.allocs import measure_allocations
 from engine.backends.vulkan.tuning import GPU
 from engine.conversation import Conversation
 from engine.model.config import ModelConfig
@@ -139,3 +140,15 @@ def test_gemma3_window_planes_past_the_storage_limit_are_refused(tmp_path_factor
     monkeypatch.setattr(ctx, "limits", replace(ctx.limits, max_storage_range=planes - 4))
     with pytest.raises(ValueError, match="window layers' kw_cache planes .* --backend ggml"):
         Conversation(model, POLICY, backend=vk_backend)
+
+
+def test_gemma3_decode_allocates_no_numpy_buffers(tmp_path_factory, vk_backend) -> None:
+    """A window model's decode step reads the ring's clock and writes two more parameter
+    words (the window row and fill): still no numpy buffer a step."""
+    model = tiny(tmp_path_factory, QT.F32, seed=4, **MODELS["gemma3"])
+    conv = Conversation(model, POLICY, backend=vk_backend)
+    conv.ingest(TOKENS[:4])
+    tokens = iter(TOKENS * 2)
+    conv.forward.decode_one_token(next(tokens))
+    report = measure_allocations(lambda: conv.forward.decode_one_token(next(tokens)), 8)
+    assert report.numpy_new_buffers == 0
