@@ -19,7 +19,7 @@ void main() {
     uint g = gl_WorkGroupID.x, t = gl_WorkGroupID.y;
     if (t >= prm.C) return;  // the whole workgroup leaves together
     uint len = prm.n0 + t + 1;
-    float scale = 1.0 / sqrt(float(HD));
+    float scale = query_scale();
     vec4 q[G * H4];  // [G, HD/4] scaled queries (the same in every lane)
     uint qbase = (pc.in_off + t * QD + g * G * HD) / 4;
     [[unroll]] for (uint i = 0; i < G * H4; i++) q[i] = scale * texelFetch(ACTT, int(qbase + i));

@@ -94,7 +94,7 @@ void main() {
     if (run >= runs) return;
     uint r0 = run * run_len, r1 = min(len, r0 + run_len);  // this run's slots
     uint kvbase = (pc.layer * S * KVD + (h / G) * HD) / 4;  // texel of slot 0, this K/V head
-    float scale = 1.0 / sqrt(float(HD));
+    float scale = query_scale();
     for (uint i = lid; i < BQ * H4; i += WG) {
         uint t = min(t0 + i / H4, C - 1);
         q_sh[i] = scale * texelFetch(ACTT, int((pc.in_off + t * QD + h * HD) / 4 + i % H4));

@@ -98,7 +98,7 @@ void store_head(uint grp, uint dl, uint at0, float div) {
 // General form: lanes stride over the slots, each a whole slot; raw scores to the probability
 // rows, where the p * v pass reads them back.
 void scores_strided(uint lane, uint s0, uint s1, uint qbase, uint kbase, uint row0) {
-    float scale = 1.0 / sqrt(float(HD));
+    float scale = query_scale();
     vec4 q[G * H4];  // [G, HD/4] scaled queries (the same in every lane)
     [[unroll]] for (uint i = 0; i < G * H4; i++) q[i] = scale * texelFetch(ACTT, int(qbase + i));
     [[unroll]] for (uint j = 0; j < G; j++) mx[j] = -1.0 / 0.0;
@@ -122,7 +122,7 @@ void scores_strided(uint lane, uint s0, uint s1, uint qbase, uint kbase, uint ro
 void scores_one_tile(uint lane, uint s0, uint s1, uint last, uint qbase, uint kbase) {
     uint t = lane % TILE, h = min(lane / TILE, LPS - 1);
     uint s = min(s0 + t, last);
-    float scale = 1.0 / sqrt(float(HD));
+    float scale = query_scale();
     vec4 q[G * QPL];
     [[unroll]] for (uint j = 0; j < G; j++) {
         [[unroll]] for (uint i = 0; i < QPL; i++) {

@@ -4,7 +4,8 @@
 // Beyond 0-20, shaders that need them declare more (pipelines.py SPEC_IDS lists them all):
 // split.glsl 21-24 and 28 with bindings 18-19, mass.comp 25 and 27 with binding 20,
 // attention_split.comp 29 and 32, argmax.glsl 30-31, shortconv.comp 37 and 42-43 with binding
-// 21, delta_rule.comp 44-46 with binding 24.
+// 21, window_attention.comp and window_store.comp bindings 22-23 (WINDOW, 38, is declared
+// here), delta_rule.comp 44-46 with binding 24.
 
 #extension GL_EXT_control_flow_attributes : require
 
@@ -38,6 +39,12 @@ layout(constant_id = 36) const uint QK_NORM = 0;     // 1: q|k|v leaves RoPE to 
 // >0: RoPE pairs a head (partial rotary: Qwen3.5, a QK-norm model, so qk_norm.comp rotates).
 layout(constant_id = 47) const uint ROT_HALF = 0;
 layout(constant_id = 52) const uint GATED_Q = 0;     // 1: q|k|v|gate rows; gates to act pc.per_t
+// Gemma 3's: a WINDOW layer's pipelines get its window's rows (and its own RoPE table at
+// COS_OFF/SIN_OFF); every other pipeline 0.
+layout(constant_id = 38) const uint WINDOW = 0;      // >0: q|k|v rows stay in act (QKVD wide)
+layout(constant_id = 39) const uint GEGLU = 0;       // 1: gate|up's gate is GELU (tanh), not SiLU
+layout(constant_id = 40) const float EMBED_SCALE = 1.0;  // embeddings times this (sqrt(D))
+layout(constant_id = 41) const float Q_SCALE = 0.0;  // queries' scale; 0: 1/sqrt(HD)
 
 const uint QD = NH * HD;     // query width
 const uint KVD = NKV * HD;   // key (and value) width
@@ -45,6 +52,14 @@ const uint HALF = HD / 2;    // RoPE table columns a position
 // RoPE pairs per head: all HALF, or with partial rotary (Qwen3.5) the first ROT_HALF, split
 // half within the first 2 * ROT_HALF dims; the dims past those pass through unrotated.
 const uint RH = ROT_HALF == 0 ? HALF : ROT_HALF;
+const uint QKVD = QD + 2 * KVD;  // a WINDOW layer's q|k|v row in act
+
+// What queries are multiplied by before q.k: 1/sqrt(HD) unless the model says otherwise
+// (Gemma 3 27B's 1/sqrt(D/NH)). The default keeps the expression every model had, so the
+// models that do not set Q_SCALE compute the very same scale.
+float query_scale() {
+    return Q_SCALE != 0.0 ? Q_SCALE : 1.0 / sqrt(float(HD));
+}
 
 // Weight encodings (engine/backends/vulkan/encodings.py): every matrix is stored as 32-element
 // blocks, a block's payload as TPB RGBA32UI texels in WQ and its scales in WS (scale_words).
@@ -100,7 +115,9 @@ layout(std430, binding = 10) readonly buffer Params {
     uint N;      // slots live once the pass is done (n0 + C)
     float decay_c;  // the ring policy's salience decay ** C, as numpy rounds it (mass.comp)
     float inv_c;    // 1 / C, likewise
-    uint pad2, pad3;
+    // The window planes (WINDOW layers): the row the pass's first token writes, which is
+    // (clock before the pass) % WINDOW, and the rows written so far, min(that clock, WINDOW).
+    uint wrow, wfill;
     int tokens[];  // [C] token ids
 } prm;
 layout(std430, binding = 11) buffer Probs { float probs[]; };   // [PROWS, S] then [PROWS] 1/sum

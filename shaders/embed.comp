@@ -24,6 +24,7 @@ void main() {
     [[unroll]] for (uint i = 0; i < 8; i++) {
         // Element order inside a block: vec4 i holds elements 4i .. 4i+3.
         vec4 x = w[i] * d + m;
+        if (EMBED_SCALE != 1.0) x *= EMBED_SCALE;  // Gemma: times sqrt(D), rounded to f32
         act[base + 4 * i] = x.x;
         act[base + 4 * i + 1] = x.y;
         act[base + 4 * i + 2] = x.z;

@@ -12,6 +12,8 @@ const uint MROWS = MODE == MODE_GATEUP ? 2 * M : M;  // weight rows: gate rows, 
 // i + HD/2) and this writes each pair back to its own dims: K/V and q keep numpy's layout.
 // With QK_NORM the pairs are stored unrotated, for qk_norm.comp. With GATED_Q the rows past
 // v are the queries' gates (Qwen3.5), stored to act[pc.per_t + tok*QD] for sigmoid_gate.comp.
+// A WINDOW layer's keys and values go to act beside q (a row of QKVD): its window plane takes
+// them only once the chunk's queries have read the rows they overwrite (window_store.comp).
 void store_qkv_pair(uint tok, uint row, float e, float o) {
     uint pos = prm.pos0 + tok, slot = prm.n0 + tok;
     uint re = row, ro = row + 1;  // the pair's dims in q|k|v
@@ -30,7 +32,11 @@ void store_qkv_pair(uint tok, uint row, float e, float o) {
         o = o * c + e * s;
         e = ne;
     }
-    if (row < QD) {
+    if (WINDOW != 0) {  // a WINDOW layer: q|k|v rows stay in act for window_attention.comp
+        uint at = pc.out_off + tok * QKVD;
+        act[at + re] = e;
+        act[at + ro] = o;
+    } else if (row < QD) {
         act[pc.out_off + tok * QD + re] = e;
         act[pc.out_off + tok * QD + ro] = o;
     } else if (row < QD + KVD) {
@@ -47,6 +53,14 @@ void store_qkv_pair(uint tok, uint row, float e, float o) {
     }
 }
 
+// GeGLU's gate (Gemma): GELU's tanh approximation, in numpy's gelu_mul order of operations:
+// g/2 * (1 + tanh(sqrt(2/pi) * g * (1 + 0.044715 g^2))). tanh's argument is clamped where
+// tanh is already 1.0 in f32, so that no driver's exp-based tanh overflows to NaN.
+float gelu_tanh(float g) {
+    float u = (g * g * 0.044715 + 1.0) * g * 0.7978845608028654;
+    return (tanh(clamp(u, -15.0, 15.0)) + 1.0) * g * 0.5;
+}
+
 // The other modes: y is output row `row` of token tok (for gate|up the gate row, with its up
 // row's value in `up`).
 void store_value(uint tok, uint row, float y, float up) {
@@ -54,6 +68,8 @@ void store_value(uint tok, uint row, float y, float up) {
         act[pc.out_off + tok * M + row] = y;
     } else if (MODE == MODE_RESID) {
         act[pc.out_off + tok * M + row] += y;
+    } else if (MODE == MODE_GATEUP && GEGLU != 0) {
+        act[pc.out_off + tok * M + row] = gelu_tanh(y) * up;
     } else if (MODE == MODE_GATEUP) {
         act[pc.out_off + tok * M + row] = y / (1.0 + exp(-y)) * up;
     } else {

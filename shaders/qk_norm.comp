@@ -3,7 +3,8 @@
 // weights, then RoPE, in place. The q|k|v product with QK_NORM stored q (act) and k (the K
 // plane) unrotated, in their own dims: RoPE follows the norm, and a head spans workgroups of
 // the product. One workgroup per (head of q then k, token); only QK-norm models dispatch it.
-// VEC pc.norm_off holds the q weights (HD), then the k weights (HD).
+// VEC pc.norm_off holds the q weights (HD), then the k weights (HD). A WINDOW layer's k is
+// in act beside its q (rows of QKVD: matmul_common.glsl), not in the ring's K plane.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
@@ -15,13 +16,13 @@ void main() {
     uint lid = gl_LocalInvocationID.x, h = gl_WorkGroupID.x, tok = gl_WorkGroupID.y;
     if (tok >= prm.C) return;  // the whole workgroup leaves together
     uint pos = prm.pos0 + tok, slot = prm.n0 + tok;
-    bool is_q = h < NH;
-    uint base = is_q ? pc.in_off + tok * QD + h * HD : 0;
-    uint kbase = is_q ? 0 : (pc.layer * S + slot) * KVD + (h - NH) * HD;
+    bool is_q = h < NH, in_act = is_q || WINDOW != 0;  // else: the K plane
+    uint base = pc.in_off + tok * (WINDOW != 0 ? QKVD : QD) + h * HD;  // q, or WINDOW's k
+    uint kbase = in_act ? 0 : (pc.layer * S + slot) * KVD + (h - NH) * HD;
     uint wn = pc.norm_off + (is_q ? 0 : HD);
     float ss = 0.0;
     for (uint i = lid; i < HD; i += WG) {
-        float x = is_q ? act[base + i] : kc[kbase + i];
+        float x = in_act ? act[base + i] : kc[kbase + i];
         ss += x * x;
     }
     part[lid] = ss;
@@ -32,12 +33,12 @@ void main() {
     // Pair j: dims (j, j + RH) split-half, else (2j, 2j + 1); frequency j either way.
     for (uint j = lid; j < RH; j += WG) {
         uint de = ROPE_SPLIT != 0 ? j : 2 * j, dof = ROPE_SPLIT != 0 ? j + RH : 2 * j + 1;
-        float e = (is_q ? act[base + de] : kc[kbase + de]) * inv * vec[wn + de];
-        float o = (is_q ? act[base + dof] : kc[kbase + dof]) * inv * vec[wn + dof];
+        float e = (in_act ? act[base + de] : kc[kbase + de]) * inv * vec[wn + de];
+        float o = (in_act ? act[base + dof] : kc[kbase + dof]) * inv * vec[wn + dof];
         float c = vec[COS_OFF + pos * HALF + j], s = vec[SIN_OFF + pos * HALF + j];
         float ne = e * c - o * s;
         o = o * c + e * s;
-        if (is_q) {
+        if (in_act) {
             act[base + de] = ne;
             act[base + dof] = o;
         } else {
@@ -47,7 +48,7 @@ void main() {
     }
     // Partial rotary: the dims past the rotated ones are only normed.
     for (uint i = 2 * RH + lid; i < HD; i += WG) {
-        if (is_q) {
+        if (in_act) {
             act[base + i] = act[base + i] * inv * vec[wn + i];
         } else {
             kc[kbase + i] = kc[kbase + i] * inv * vec[wn + i];

@@ -38,7 +38,7 @@ NUMPY_ONLY: tuple[str, ...] = ()  # architectures only the numpy backend impleme
 # tests/test_ggml_parity.py measured up to 1.5% of the largest logit on tiny models.
 REL_GGML = 3e-2
 # The architectures the Vulkan backend implements.
-VULKAN_RUNS = {"llama", "qwen2", "qwen3", "phi3", "lfm2", "qwen35"}
+VULKAN_RUNS = {"llama", "qwen2", "qwen3", "phi3", "lfm2", "qwen35", "gemma3"}
 
 
 @pytest.fixture(scope="module")

@@ -154,9 +154,12 @@ def test_ring_follows_context_and_memory_budget(tmp_path) -> None:
         RingPolicy.for_model(cfg, slots=2048)
 
 
-# An architecture the Vulkan shaders lack (sliding-window layers, post-norms, GeGLU, ...).
-NOT_ON_VULKAN = TinySpec(architecture="gemma3", n_layers=6, head_dim=32, sliding_window=8,
-                         context_length=40)
+# A model whose features a GPU backend stand-in lacks (gated delta-net layers, gated queries,
+# partial rotary: Qwen3.5's): the Vulkan shaders implement every architecture now, but `auto`
+# must still leave a GPU backend for one it does not.
+NOT_ON_VULKAN = TinySpec(architecture="qwen35", n_layers=4, head_dim=32, rope_dim=8,
+                         conv_kernel=4, context_length=40)
+QWEN35_FEATURES = frozenset({"delta_layers", "gated_query", "partial_rotary"})
 
 
 def test_auto_leaves_vulkan_for_an_architecture_the_shaders_lack(tmp_path) -> None:
@@ -164,16 +167,16 @@ def test_auto_leaves_vulkan_for_an_architecture_the_shaders_lack(tmp_path) -> No
 
     class GpuBackendStandIn:  # what fit_to_model reads: the name and declared features
         name = "vulkan"
-        features = VULKAN_FEATURES
+        features = VULKAN_FEATURES - QWEN35_FEATURES
 
     gpu = Choice(GpuBackendStandIn(), None)
     llama = open_model(write(tmp_path, VARIANTS["llama3-scaled"], "l.gguf")).config
     qwen2 = open_model(write(tmp_path, VARIANTS["qwen2"], "q.gguf")).config
-    gemma = open_model(write(tmp_path, NOT_ON_VULKAN, "g.gguf")).config
+    qwen35 = open_model(write(tmp_path, NOT_ON_VULKAN, "g.gguf")).config
     assert fit_to_model(gpu, "auto", llama) is gpu
     assert fit_to_model(gpu, "auto", qwen2) is gpu  # split-half RoPE and QKV bias: implemented
-    assert fit_to_model(gpu, "vulkan", gemma) is gpu  # asked for by name: Vulkan refuses it
-    assert fit_to_model(gpu, "auto", gemma, tmp_path).backend.name in ("ggml", "numpy")
+    assert fit_to_model(gpu, "vulkan", qwen35) is gpu  # asked for by name: Vulkan refuses it
+    assert fit_to_model(gpu, "auto", qwen35, tmp_path).backend.name in ("ggml", "numpy")
 
 
 def test_auto_takes_numpy_for_a_model_ggml_lacks(tmp_path, monkeypatch) -> None:
@@ -188,16 +191,16 @@ def test_auto_takes_numpy_for_a_model_ggml_lacks(tmp_path, monkeypatch) -> None:
 
     class GpuBackendStandIn:
         name = "vulkan"
-        features = VULKAN_FEATURES
+        features = VULKAN_FEATURES - QWEN35_FEATURES
 
     gpu = Choice(GpuBackendStandIn(), None)
-    gemma = open_model(write(tmp_path, NOT_ON_VULKAN, "g.gguf")).config
-    assert fit_to_model(gpu, "auto", gemma, tmp_path).backend.name == "ggml"
-    monkeypatch.setattr(select, "GGML_FEATURES", select.GGML_FEATURES - {"post_norms"})
-    fitted = fit_to_model(gpu, "auto", gemma, tmp_path)
+    qwen35 = open_model(write(tmp_path, NOT_ON_VULKAN, "g.gguf")).config
+    assert fit_to_model(gpu, "auto", qwen35, tmp_path).backend.name == "ggml"
+    monkeypatch.setattr(select, "GGML_FEATURES", select.GGML_FEATURES - {"delta_layers"})
+    fitted = fit_to_model(gpu, "auto", qwen35, tmp_path)
     assert fitted.backend.name == "numpy"
     assert fitted.note == ("using the numpy reference backend: the ggml backend does not "
-                           "implement post-norms (gemma3 needs it)")
+                           "implement gated delta-net layers (qwen35 needs it)")
 
 
 def test_placement_fits_backend_and_ring_to_each_model(tmp_path) -> None:
@@ -207,16 +210,16 @@ def test_placement_fits_backend_and_ring_to_each_model(tmp_path) -> None:
 
     class GpuBackendStandIn:
         name = "vulkan"
-        features = VULKAN_FEATURES
+        features = VULKAN_FEATURES - QWEN35_FEATURES
 
     placement = Placement(Choice(GpuBackendStandIn(), None), "auto", tmp_path, ring_slots=64)
     llama = open_model(write(tmp_path, VARIANTS["llama3-scaled"], "l.gguf")).config
-    gemma = open_model(write(tmp_path, NOT_ON_VULKAN, "g.gguf")).config
+    qwen35 = open_model(write(tmp_path, NOT_ON_VULKAN, "g.gguf")).config
     assert placement.backend(llama).name == "vulkan"
-    cpu = placement.backend(gemma)
-    assert cpu.name in ("ggml", "numpy") and placement.backend(gemma) is cpu  # made once
-    assert placement.policy(gemma).max_slots == 40  # its trained context, below the 64 asked
-    assert Placement(Choice(cpu, None)).policy(gemma) is None  # sized by the conversation
+    cpu = placement.backend(qwen35)
+    assert cpu.name in ("ggml", "numpy") and placement.backend(qwen35) is cpu  # made once
+    assert placement.policy(qwen35).max_slots == 40  # its trained context, below the 64 asked
+    assert Placement(Choice(cpu, None)).policy(qwen35) is None  # sized by the conversation
 
 
 def test_metadata_of_the_wrong_type_is_one_line(tmp_path) -> None:

@@ -2,7 +2,8 @@
 arena and must leave exactly the state the numpy backend leaves; the device key re-rotation
 must equal numpy's rebase rotation. Both for llama's interleaved RoPE pairs and for
 split-half models (qwen2's QKV bias; qwen3's QK-norm and wide heads), whose keys keep numpy's
-layout too."""
+layout too; LFM2's conv carries and Gemma 3's window planes (whose keys a rebase re-rotates on
+the host) follow every token, evicted or not."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from engine.conversation import Conversation
 from engine.model.layer_kinds import CONV, FULL
 from engine.model.model import load_model
 from engine.session.session import Session
+from engine.state.arena import LAYER_PLANES
 from engine.state.ring_policy import RingPolicy
 
 from .parity import tiny
@@ -36,15 +38,17 @@ def feed(conv: Conversation, count: int, seed: int) -> None:
             conv.forward.decode_one_token(t)
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3", "lfm2", "qwen35"])
+@pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3", "lfm2", "qwen35", "gemma3"])
 def ring_model(request, tmp_path_factory):
     if request.param == "llama":
         return request.getfixturevalue("tiny_model")
     # LFM2: conv carries beside the ring's one plane; Qwen3.5: delta-rule states beside it,
-    # and keys rotated on 8 of their 32 dims (partial rotary: the rebase turns those alone).
+    # and keys rotated on 8 of their 32 dims (partial rotary: the rebase turns those alone);
+    # Gemma 3: five 8-token window planes beside the ring's one plane.
     extra = {"qwen3": {"head_dim": 32},
              "lfm2": {"n_layers": 3, "layer_kinds": (CONV, FULL, CONV)},
-             "qwen35": {"n_layers": 4, "head_dim": 32, "rope_dim": 8}}
+             "qwen35": {"n_layers": 4, "head_dim": 32, "rope_dim": 8},
+             "gemma3": {"n_layers": 6, "head_dim": 32, "sliding_window": 8}}
     return tiny(tmp_path_factory, QT.F32, architecture=request.param,
                 **extra.get(request.param, {}))
 
@@ -81,12 +85,13 @@ def test_eviction_and_rebase_match_numpy(ring_model, vk_backend, staging) -> Non
     np.testing.assert_allclose(vb.k_cache[:, :n], va.k_cache[:, :n], atol=2e-4, rtol=0)
     np.testing.assert_allclose(vb.v_cache[:, :n], va.v_cache[:, :n], atol=2e-4, rtol=0)
     np.testing.assert_allclose(vb.logits, va.logits, atol=2e-4, rtol=0)
-    for name in ("conv_state", "delta_conv", "delta_state"):  # every token, evicted or not
+    for name in LAYER_PLANES:  # they follow every token, evicted or not
         if name in convs[0].arena.layout:
             np.testing.assert_allclose(getattr(vb, name), getattr(va, name), atol=2e-4, rtol=0)
 
 
-@pytest.mark.parametrize("fixture,plane", [("lfm2", "conv_state"), ("qwen35", "delta_state")])
+@pytest.mark.parametrize("fixture,plane", [("lfm2", "conv_state"), ("qwen35", "delta_state"),
+                                           ("gemma3", "kw_cache")])
 def test_undo_and_regenerate_through_the_device(fixture, plane, vk_backend, staging,
                                                 tmp_path) -> None:
     """A mark copies the layer planes, and a rollback restores them, exactly, whether the CPU

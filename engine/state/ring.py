@@ -5,8 +5,8 @@ prompt) first, then everything else oldest to newest. Keeping them compact means
 snapshots touch one contiguous range per layer. When the ring is full, a batch of slots outside
 the anchors and the recent window is evicted, chosen by the policy's scores (evict_policy.py),
 and the survivors slide down in order.
-When positions near the model's context length, a rebase (rebase.py) re-indexes live slots to 0..n-1 by
-re-rotating their cached keys.
+When positions near the model's context length, a rebase (rebase.py) re-indexes live slots
+to 0..n-1 by re-rotating their cached keys.
 
 A hybrid model's other layers (arena.py's add_layer_planes) follow the token stream instead:
 the ring's policy never touches them, a rebase shifts the window planes' keys by the same

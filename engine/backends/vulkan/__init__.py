@@ -9,6 +9,7 @@ loader; the backend itself (backend.py) is imported where it is started.
 | backend.py | VulkanBackend: the Backend protocol; weights uploaded once, arenas handed out |
 | forward.py | VulkanForward: prefill and decode as recorded passes, snapshot regions |
 | passes.py | recording a forward pass into a command buffer once, re-submitted every step |
+| window.py | recording a WINDOW layer's attention over its circular plane (Gemma 3) |
 | prefill.py | prefill's tiled dispatches, for chunks of `Tuning.tiled_from` tokens or more |
 | resources.py | a conversation's scratch buffers, step parameters and descriptor set |
 | weights.py | the model's weights in device memory, still quantized, from the GGUF |
@@ -45,7 +46,8 @@ READ_TYPES: frozenset[_QT] = frozenset(_QT(t) for t in SOURCES)
 ARCH_FEATURES: frozenset[str] = frozenset({"split_half_rope", "qkv_bias", "qk_norm",
                                            "wide_heads", "fused_qkv", "fused_gate_up",
                                            "conv_layers", "delta_layers", "gated_query",
-                                           "partial_rotary"})
+                                           "partial_rotary", "window_layers", "post_norms",
+                                           "geglu", "embed_scale"})
 FEATURES: frozenset[str] = features_of(READ_TYPES) | ARCH_FEATURES
 __all__ = ["FEATURES", "READ_TYPES", "DeviceInfo", "UnsupportedTensorTypeForVulkanError",
            "VulkanUnavailableError", "probe"]

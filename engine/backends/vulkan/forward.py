@@ -96,7 +96,7 @@ class VulkanForward(ForwardPass):
             shape = PassShape(self._bucket(len(chunk)), decode=False, logits=last,
                               hidden=on_hidden is not None)
             self.res.tokens[: len(chunk)] = chunk
-            self.res.set_step(len(chunk), span.start, span.pos, self.decay)
+            self.res.set_step(len(chunk), span.start, span.pos, self.decay, self._clock())
             self._run(self._pass(shape))
             if on_hidden is not None:
                 on_hidden(self.res.hidden[: len(chunk)])
@@ -113,10 +113,15 @@ class VulkanForward(ForwardPass):
         span = self.ring.reserve(1)
         v = self.ring.arena.views().check()
         self.res.tokens[0] = token
-        self.res.set_step(1, span.start, span.pos, self.decay)
+        self.res.set_step(1, span.start, span.pos, self.decay, self._clock())
         self._run(self._decode)
         self.ring.commit(span, v.mass, scored=True)  # the pass folded mass into the scores
         return self._logits(v)
+
+    def _clock(self) -> int:
+        """The ring's clock before the pass, which WINDOW layers place their rows by (0 for
+        models without them: their decode step reads no more counters than before)."""
+        return self.ring.clock if self.res.window else 0
 
     def _logits(self, v) -> np.ndarray:
         """The logits to hand back: the arena's, or their host-cached mirror (same values) where

@@ -7,15 +7,19 @@ norm+qkv+RoPE+K/V write, split attention (its partials folded in the same dispat
 wo+residual, norm+gate|up+SiLU, down+residual; then logits and one tail dispatch that computes
 every layer's attention mass and the device argmax. A CONV layer (LFM2) costs five too:
 norm+in_proj, the short convolution (shortconv.comp), out_proj+residual, and the same two for
-its feed-forward.
+its feed-forward. A WINDOW layer (Gemma 3) attends over its own circular plane (window.py).
+Post-norms (Gemma) cost one more dispatch per residual add.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from ...align import ceil_div
-from ...model.architecture import CONV, DELTA, SPLIT_HALF
+from ...model.architecture import CONV, DELTA, SPLIT_HALF, WINDOW
 from ...model.config import ModelConfig
 from ...state.evict_policy import SCORE_MODES, score_scale
 from ...state.ring_policy import RingPolicy
@@ -26,6 +30,7 @@ from .profiler import DispatchTimer
 from .resources import ConversationResources
 from .tuning import Tuning, matmul_tokens
 from .weights import DeviceWeights, LayerMatrices
+from .window import record_window_attention
 
 MODE_STORE, MODE_QKV, MODE_RESID, MODE_GATEUP, MODE_LOGITS = 0, 1, 2, 3, 4
 MODE_NAMES = ("store", "qkv", "resid", "gateup", "logits")
@@ -68,7 +73,13 @@ class PassRecorder:
             "GATED_Q": int(cfg.arch.gated_query),
             "CONV_K": cfg.conv_kernel, "DK": cfg.delta_head_dim or 16,
             "NKH": cfg.delta_k_heads or 1, "NVH": cfg.delta_v_heads or 1,
+            # Gemma's: GeGLU, the embedding scale and the queries' (model_specs), and WINDOW
+            # 0 but in a WINDOW layer's attention dispatches (window_spec).
+            "WINDOW": 0, **model_specs(cfg),
         }
+        # A WINDOW layer's attention: its window's rows, and its own RoPE tables.
+        self.window_spec = {"WINDOW": cfg.window, "COS_OFF": weights.window_cos_off,
+                            "SIN_OFF": weights.window_sin_off}
         self.dispatches = 0
         self._bound = (0, 0)  # the descriptor set bound: (weight chunk, K/V group)
         self.timer: DispatchTimer | None = None  # set: record() stamps every dispatch
@@ -154,22 +165,25 @@ class PassRecorder:
     # -- the pass -------------------------------------------------------------------------
     def _matmul(self, shape: PassShape, mode: int, m: Matrix, *, norm: int | None,
                 in_off: int, out_off: int, layer: int | None = None, bias: int = 0,
-                gates: int = 0) -> None:
+                gates: int = 0, extra: dict | None = None) -> None:
         """`layer`: q|k|v's, whose K/V planes the epilogue writes; `bias`: its q|k|v bias
-        (where QKV_BIAS); `gates`: where it stores a gated query's gates (GATED_Q). The
-        logits' `out_off` is the first logit a piece of the output matrix writes."""
+        (where QKV_BIAS); `gates`: where it stores a gated query's gates (GATED_Q); `extra`:
+        specialization beyond the model's (a WINDOW layer's). The logits' `out_off` is the
+        first logit a piece of the output matrix writes."""
         t = self.t
         gate_up = mode == MODE_GATEUP
         if mode != MODE_LOGITS and record_product(self, shape, mode, m, gate_up=gate_up,
                                                   norm=norm, in_off=in_off, out_off=out_off,
-                                                  kv_layer=layer, bias=bias, gates=gates):
+                                                  kv_layer=layer, bias=bias, gates=gates,
+                                                  extra=extra):
             return
         rows = m.rows // 2 if gate_up else m.rows
         tokens = 1 if mode == MODE_LOGITS else matmul_tokens(
             t, gate_up, self.pipes.ctx.limits.max_shared_bytes, shape.decode)
         r = t.logits_r if mode == MODE_LOGITS else t.rows
         spec = {"WG": t.wg, "R": r, "T": tokens, "SPLIT": t.split, "QTYPE": m.qtype,
-                "MODE": mode, "NORM": int(norm is not None), "K": m.cols, "M": rows}
+                "MODE": mode, "NORM": int(norm is not None), "K": m.cols, "M": rows,
+                **(extra or {})}
         groups = (ceil_div(rows, r * (t.wg // t.split)),
                   1 if mode == MODE_LOGITS else ceil_div(shape.bucket, tokens))
         self._dispatch("matmul", spec, groups, chunk=m.chunk, kv_layer=layer, w_texel=m.texel,
@@ -210,7 +224,33 @@ class PassRecorder:
                            (ceil_div(shape.bucket * cfg.q_dim, sw), 1), in_off=a.aux,
                            out_off=a.attn)
             self._barrier()
-        self._matmul(shape, MODE_RESID, lw.wo, norm=None, in_off=a.attn, out_off=a.x)
+        self._project_residual(shape, lw.wo, a.attn, lw.post_attn_norm)
+
+    def _window_attention(self, shape: PassShape, lw: LayerMatrices, plane: int) -> None:
+        """A WINDOW layer's attention (Gemma 3) over its circular plane `plane`, into the
+        residual stream: its q|k|v stay in act (window_spec), then window.py records the
+        rest."""
+        a = self.res.act_layout
+        self._matmul(shape, MODE_QKV, lw.qkv, norm=lw.attn_norm, in_off=a.x, out_off=a.q,
+                     bias=lw.qkv_bias, extra=self.window_spec)
+        self._barrier()
+        record_window_attention(self, shape, lw, plane)
+        self._project_residual(shape, lw.wo, a.attn, lw.post_attn_norm)
+
+    def _project_residual(self, shape: PassShape, m: Matrix, in_off: int,
+                          post_norm: int) -> None:
+        """x += the rows at `in_off` times m^T: in the product's epilogue (MODE_RESID), or
+        where the model norms the product first (post-norms, Gemma: VEC `post_norm`) stored
+        to the y rows and added by rmsnorm.comp, as the norm spans the row, which spans the
+        product's workgroups. Then a barrier."""
+        a = self.res.act_layout
+        if self.cfg.arch.post_norms:
+            self._matmul(shape, MODE_STORE, m, norm=None, in_off=in_off, out_off=a.y)
+            self._barrier()
+            self._dispatch("rmsnorm", {"WG": self.t.small_wg}, (shape.bucket, 1), in_off=a.y,
+                           out_off=a.x, norm_off=post_norm, flags=1)
+        else:
+            self._matmul(shape, MODE_RESID, m, norm=None, in_off=in_off, out_off=a.x)
         self._barrier()
 
     def _short_conv(self, shape: PassShape, lw: LayerMatrices, plane: int) -> None:
@@ -262,13 +302,14 @@ class PassRecorder:
                 self._short_conv(shape, lw, cfg.plane(i))
             elif lw.kind == DELTA:
                 self._delta_net(shape, lw, cfg.plane(i))
+            elif lw.kind == WINDOW:
+                self._window_attention(shape, lw, cfg.plane(i))
             else:
                 self._attention(shape, lw, cfg.plane(i))
             self._matmul(shape, MODE_GATEUP, lw.gate_up, norm=lw.ffn_norm, in_off=a.x,
                          out_off=a.ffn)
             self._barrier()
-            self._matmul(shape, MODE_RESID, lw.down, norm=None, in_off=a.ffn, out_off=a.x)
-            self._barrier()
+            self._project_residual(shape, lw.down, a.ffn, lw.post_ffn_norm)
         if shape.hidden:
             self._dispatch("rmsnorm", {"WG": sw}, (shape.bucket, 1), in_off=a.x,
                            norm_off=w.output_norm)
@@ -289,3 +330,15 @@ class PassRecorder:
         elif shape.logits:
             # Greedy support: a few microseconds, so every logits pass carries it.
             self._dispatch("argmax", {"WG": self.t.small_wg}, (self.t.argmax_groups, 1))
+
+
+def model_specs(cfg: ModelConfig) -> dict[str, float]:
+    """The specialization of Gemma's features, each the value that compiles it out where the
+    model does not have it: GeGLU; the embeddings' scale, sqrt(d_model) rounded to f32 as
+    numpy (and HF) round it; the queries' scale, 0 (the shaders' own 1/sqrt(head_dim)) unless
+    the model's rounds to another f32 (Gemma 3 27B's 1/sqrt(d_model / n_heads))."""
+    f32 = np.float32
+    q_scale = f32(cfg.q_scale)
+    return {"GEGLU": int(cfg.arch.geglu),
+            "EMBED_SCALE": float(f32(math.sqrt(cfg.d_model))) if cfg.arch.embed_scale else 1.0,
+            "Q_SCALE": 0.0 if q_scale == f32(1.0 / math.sqrt(cfg.head_dim)) else float(q_scale)}

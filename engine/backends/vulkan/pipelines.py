@@ -30,8 +30,10 @@ SPEC_IDS = {
     "CONV_K": 37, "CONV_W": 42, "CONV_SILU": 43,  # shortconv.comp
     "DK": 44, "NKH": 45, "NVH": 46,  # delta_rule.comp
     "ROT_HALF": 47, "GATED_Q": 52,  # the architecture's (common.glsl)
+    # Gemma 3's (common.glsl): window rows, GeGLU, the embedding and query scales.
+    "WINDOW": 38, "GEGLU": 39, "EMBED_SCALE": 40, "Q_SCALE": 41,
 }
-FLOAT_SPECS = frozenset({"EPS", "SCORE_SCALE"})
+FLOAT_SPECS = frozenset({"EPS", "SCORE_SCALE", "EMBED_SCALE", "Q_SCALE"})
 PUSH_WORDS = 10  # uint fields of common.glsl's Push block
 
 # Binding number -> descriptor type: 0 texel (uniform texel buffer), 1 storage buffer.
@@ -42,10 +44,11 @@ BINDINGS = {0: TEXEL, 1: TEXEL, 2: STORAGE, 3: STORAGE, 4: STORAGE, 5: TEXEL, 6:
             18: STORAGE, 19: STORAGE,  # 18-19: shaders/split.glsl
             20: STORAGE,  # mass.comp: the arena's slot_salience
             21: STORAGE,  # shortconv.comp: the arena's conv_state or delta_conv
+            22: STORAGE, 23: STORAGE,  # window_attention.comp: kw_cache, vw_cache
             24: STORAGE}  # delta_rule.comp: the arena's delta_state
 SHADERS = ("matmul", "embed", "attention", "mass", "rmsnorm", "rope_rebase", "argmax",
            "attention_split", "matmul_tiled", "matmul_coopmat", "attention_prefill", "qk_norm",
-           "shortconv", "delta_rule", "sigmoid_gate")
+           "shortconv", "delta_rule", "sigmoid_gate", "window_attention", "window_store")
 
 
 class MissingShaderError(FileNotFoundError):

@@ -44,9 +44,11 @@ def attention_tiles(t: Tuning, bucket: int) -> int:
 
 def record_product(rec: PassRecorder, shape: PassShape, mode: int, m: Matrix, *,
                    gate_up: bool, norm: int | None, in_off: int, out_off: int,
-                   kv_layer: int | None, bias: int = 0, gates: int = 0) -> bool:
+                   kv_layer: int | None, bias: int = 0, gates: int = 0,
+                   extra: dict | None = None) -> bool:
     """Record Y = X W^T over the chunk in tiles with matmul.comp's epilogue `mode` (not the
-    logits: one token); False if this pass shape is not tiled (decode, small chunks)."""
+    logits: one token), `extra` specialization beyond the model's (a WINDOW layer's); False
+    if this pass shape is not tiled (decode, small chunks)."""
     if not tiled(rec.t, shape):
         return False
     ctx = rec.pipes.ctx
@@ -54,7 +56,7 @@ def record_product(rec: PassRecorder, shape: PassShape, mode: int, m: Matrix, *,
     rows = m.rows // 2 if gate_up else m.rows
     out_rows = TILE_ROWS // 2 if gate_up else TILE_ROWS
     spec = {"WG": wg, "R": TILE_ROWS, "T": tokens, "QTYPE": m.qtype, "MODE": mode,
-            "NORM": int(norm is not None), "K": m.cols, "M": rows}
+            "NORM": int(norm is not None), "K": m.cols, "M": rows, **(extra or {})}
     groups = (ceil_div(rows, out_rows), ceil_div(shape.bucket, tokens))
     rec._dispatch(shader, spec, groups, chunk=m.chunk, kv_layer=kv_layer, w_texel=m.texel,
                   w_block=m.block, norm_off=norm or 0, in_off=in_off, out_off=out_off,

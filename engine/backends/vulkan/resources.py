@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...model.architecture import CONV, DELTA
+from ...model.architecture import CONV, DELTA, WINDOW
 from ...model.config import ModelConfig
 from ...state.arena import StateArena
 from .buffers import (
@@ -29,7 +29,7 @@ from .tuning import Tuning
 from .upload import fill_zero
 from .weights import DeviceWeights
 
-PARAM_WORDS = 8  # C, n0, pos0, N, decay_c, inv_c and padding, then token ids (common.glsl)
+PARAM_WORDS = 8  # C, n0, pos0, N, decay_c, inv_c, wrow, wfill, then token ids (common.glsl)
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,8 @@ class ActLayout:
     x: int  # [cmax, d_model] residual stream
     # Each region's other uses by layer kind: a CONV layer's B | C | x rows (q) and C * conv
     # (attn); a DELTA layer's q|k|v projection (q), its convolution's output (attn) and then
-    # the rule's gated output (q again: the projection is spent by then).
+    # the rule's gated output (q again: the projection is spent by then); a WINDOW layer's
+    # q | k | v rows (q, q_dim + 2*kv_dim wide).
     q: int  # [cmax, q_dim] post-RoPE queries
     attn: int  # [cmax, q_dim] attention outputs
     ffn: int  # [cmax, ffn_dim] silu(gate) * up
@@ -47,19 +48,26 @@ class ActLayout:
     # alpha rows [cmax, 2*v_heads] from aux + cmax*inner. Absent (0 wide) in other models.
     aux: int
     floats: int
+    # [cmax, d_model] a product's rows before their post-norm (Gemma), which spans the row:
+    # the wo and down products store here, then rmsnorm.comp adds them into x. Models
+    # without post-norms have no such rows (0 wide, at `floats`).
+    y: int = 0
 
     @staticmethod
     def for_config(cfg: ModelConfig, cmax: int) -> ActLayout:
-        conv, delta = CONV in cfg.kinds, DELTA in cfg.kinds
-        q_width = max(cfg.q_dim, 3 * cfg.d_model * conv, cfg.delta_conv_dim * delta)
+        conv, delta, window = CONV in cfg.kinds, DELTA in cfg.kinds, WINDOW in cfg.kinds
+        q_width = max(cfg.q_dim, 3 * cfg.d_model * conv, cfg.delta_conv_dim * delta,
+                      (cfg.q_dim + 2 * cfg.kv_dim) * window)
         attn_width = max(cfg.q_dim, cfg.d_model * conv, cfg.delta_conv_dim * delta)
         aux_width = max(cfg.q_dim * cfg.arch.gated_query,
                         (cfg.delta_inner + 2 * cfg.delta_v_heads) * delta)
+        y_width = cfg.d_model * cfg.arch.post_norms
         x, q = 0, cmax * cfg.d_model
         attn = q + cmax * q_width
         ffn = attn + cmax * attn_width
         aux = ffn + cmax * cfg.ffn_dim
-        return ActLayout(x, q, attn, ffn, aux, aux + cmax * aux_width)
+        y = aux + cmax * aux_width
+        return ActLayout(x, q, attn, ffn, aux, y + cmax * y_width, y)
 
 
 class ConversationResources:
@@ -68,6 +76,7 @@ class ConversationResources:
                  tuning: Tuning):
         ctx = pipes.ctx
         self.ctx, self.cmax, self.prows = ctx, cmax, prows
+        self.window = cfg.window if WINDOW in cfg.kinds else 0  # rows of a window plane
         slots = arena.layout["mass"].shape[0]
         self.act_layout = ActLayout.for_config(cfg, cmax)
         self.act = device_buffer(ctx, 4 * self.act_layout.floats, "act")  # [floats] f32
@@ -119,6 +128,12 @@ class ConversationResources:
             return arena_buf, base + r.offset, r.nbytes
 
         whole = lambda b: (b, 0, b.size)  # noqa: E731
+        for name in ("kw_cache", "vw_cache"):  # bound whole: no group of planes as the ring's
+            if name in arena.layout and arena.layout[name].nbytes > ctx.limits.max_storage_range:
+                raise ValueError(
+                    f"the window layers' {name} planes ({arena.layout[name].nbytes} bytes) "
+                    f"exceed this device's maxStorageBufferRange "
+                    f"({ctx.limits.max_storage_range} bytes): use --backend ggml")
         # Bindings 0-1 (a weight chunk) and 4-7 (a group of layers' K/V planes) differ per
         # set (descriptors.py); these are the same in every set.
         shared = {
@@ -134,6 +149,9 @@ class ConversationResources:
             21: region("conv_state") if "conv_state" in arena.layout else
             region("delta_conv") if "delta_conv" in arena.layout else whole(self.out_buf),
             24: region("delta_state") if "delta_state" in arena.layout else whole(self.out_buf),
+            # WINDOW layers' circular planes (window_attention.comp), or stand-ins likewise.
+            22: region("kw_cache") if "kw_cache" in arena.layout else whole(self.out_buf),
+            23: region("vw_cache") if "vw_cache" in arena.layout else whole(self.out_buf),
         }
         # The ring's planes: one a FULL layer (cfg.plane(layer) of the layer's).
         plane = arena.layout["k_cache"].nbytes // cfg.n_full  # one layer's K (or V) plane
@@ -151,11 +169,15 @@ class ConversationResources:
         g = self._kv_group[layer]
         return g, layer - self.kv_groups[g][0]
 
-    def set_step(self, count: int, n0: int, pos0: int, decay: float) -> None:
+    def set_step(self, count: int, n0: int, pos0: int, decay: float, clock: int = 0) -> None:
         """The pass's tokens: `count` of them from slot n0 at position pos0; `decay` is the
-        ring policy's salience decay per token (mass.comp folds scores on the device)."""
+        ring policy's salience decay per token (mass.comp folds scores on the device);
+        `clock` is the ring's clock before the pass, which places the tokens in the WINDOW
+        layers' circular planes (computed here, in Python's integers: the clock is 64-bit)."""
         h = self.header
         h[0], h[1], h[2], h[3] = count, n0, pos0, n0 + count
+        if self.window:
+            h[6], h[7] = clock % self.window, min(clock, self.window)
         words = self._decay_words.get((count, decay))
         if words is None:  # once per chunk size: decode's step then builds no array
             # As update_scores rounds them: a Python float scalar meets float32 arrays.

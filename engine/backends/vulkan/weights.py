@@ -43,13 +43,17 @@ class LayerMatrices:
     ffn_norm: int
     qkv_bias: int = 0  # vec offset of the (q_dim + 2*kv_dim,) q|k|v bias (qwen2), if any
     qk_norm: int = 0  # vec offset of the (head_dim,) q then k QK-norm weights (qwen3), if any
-    kind: str = FULL  # the layer's state kind (layer_kinds.py): FULL, CONV or DELTA here
+    kind: str = FULL  # the layer's state kind (layer_kinds.py)
     conv_taps: int = 0  # CONV, DELTA: vec offset of the (channels, conv_kernel) taps
     # DELTA: the output gate z (inner, d_model), beta then alpha rows (2*v_heads, d_model), and
     # the vec offset of dt (v_heads), a (v_heads), then the gated norm's weights (head).
     delta_z: Matrix | None = None
     delta_ba: Matrix | None = None
     delta_vec: int = 0
+    # Post-norms (Gemma): vec offsets of the (d_model,) norms of the attention output and of
+    # the feed-forward output, applied before each residual add; 0 where the model has none.
+    post_attn_norm: int = 0
+    post_ffn_norm: int = 0
 
 
 @dataclass
@@ -66,6 +70,10 @@ class DeviceWeights:
     nbytes: int
     encodings: dict[str, str]  # tensor-group -> the encoding the shaders read, for describe()
     types: dict[str, int]  # GGUF tensor type name -> tensors of it, as ggml's describe()
+    # WINDOW layers' own RoPE tables (model.rope_window: Gemma 3's local base, unscaled);
+    # the global tables' offsets where the model has no WINDOW layers.
+    window_cos_off: int = 0
+    window_sin_off: int = 0
 
 
 def upload_weights(ctx: Context, model: Model) -> DeviceWeights:
@@ -113,6 +121,9 @@ def upload_weights(ctx: Context, model: Model) -> DeviceWeights:
                                   [cfg.head_dim] * 2) if arch.qk_norm else 0)
         gate_up = [b + "ffn_up.weight"] if arch.fused_gate_up else [
             b + "ffn_gate.weight", b + "ffn_up.weight"]
+        if arch.post_norms:
+            mixer.update(post_attn_norm=p.vector(b + "post_attention_norm.weight", cfg.d_model),
+                         post_ffn_norm=p.vector(b + "post_ffw_norm.weight", cfg.d_model))
         layers.append(LayerMatrices(
             gate_up=p.matrix(*gate_up)[0],
             down=p.matrix(b + "ffn_down.weight")[0],
@@ -123,6 +134,12 @@ def upload_weights(ctx: Context, model: Model) -> DeviceWeights:
         output = p.matrix("output.weight", pieces=True)
     rope_n = model.rope.cos.size
     cos_off, sin_off = p.table(rope_n), p.table(rope_n)
+    tables = [(model.rope.cos, cos_off), (model.rope.sin, sin_off)]
+    window_cos_off, window_sin_off = cos_off, sin_off
+    if model.rope_window is not None:  # WINDOW layers rotate by their own tables
+        window_cos_off, window_sin_off = p.table(rope_n), p.table(rope_n)
+        tables += [(model.rope_window.cos, window_cos_off),
+                   (model.rope_window.sin, window_sin_off)]
 
     wq = [device_buffer(ctx, max(16, t * 16), f"weights.wq{c}") for c, (t, _) in
           enumerate(p.chunks)]
@@ -134,7 +151,7 @@ def upload_weights(ctx: Context, model: Model) -> DeviceWeights:
         for c in range(len(p.chunks)):  # one chunk's staging at a time bounds host memory
             _fill(ctx, [wq[c], ws[c]], _blocks_writer(
                 raw, model, [cp for cp in p.copies if cp.chunk == c]))
-        _fill(ctx, [vec], _vector_writer(raw, model, p.vectors, cos_off, sin_off))
+        _fill(ctx, [vec], _vector_writer(raw, model, p.vectors, tables))
         del raw  # the mapping cannot close while a view of it is alive
     encodings = {"embed": TYPE_NAMES[embed[0].qtype], "output": TYPE_NAMES[output[0].qtype],
                  "layers": TYPE_NAMES[layers[0].qkv.qtype] if layers else "-"}
@@ -144,7 +161,7 @@ def upload_weights(ctx: Context, model: Model) -> DeviceWeights:
         types[name] = types.get(name, 0) + 1
     nbytes = sum(b.size for b in (*wq, *ws, vec))
     return DeviceWeights(embed, output, output_norm, cos_off, sin_off, layers, wq, ws, vec,
-                         nbytes, encodings, types)
+                         nbytes, encodings, types, window_cos_off, window_sin_off)
 
 
 def _blocks_writer(raw: np.ndarray, model: Model, copies: list[Copy]):
@@ -156,7 +173,10 @@ def _blocks_writer(raw: np.ndarray, model: Model, copies: list[Copy]):
 
 
 def _vector_writer(raw: np.ndarray, model: Model, vectors: list[tuple[str, int]],
-                   cos_off: int, sin_off: int):
+                   tables: list[tuple[np.ndarray, int]]):
+    """Fills vec: the norm (and bias, taps) vectors `vectors` from the GGUF, then the RoPE
+    `tables`, each (f32 table, vec offset)."""
+
     def write(words: np.ndarray) -> None:
         v = words.view(np.float32)
         for name, off in vectors:
@@ -164,9 +184,8 @@ def _vector_writer(raw: np.ndarray, model: Model, vectors: list[tuple[str, int]]
             dtype = np.float32 if t.ggml_type == 0 else np.float16
             values = raw[t.offset : t.offset + t.nbytes].view(dtype)
             v[off : off + values.size] = values
-        n = model.rope.cos.size
-        v[cos_off : cos_off + n] = model.rope.cos.ravel()
-        v[sin_off : sin_off + n] = model.rope.sin.ravel()
+        for table, off in tables:
+            v[off : off + table.size] = table.ravel()
 
     return write
 
