@@ -11,6 +11,7 @@ loader; the backend itself (backend.py) is imported where it is started.
 | passes.py | recording a forward pass into a command buffer once, re-submitted every step |
 | window.py | recording a WINDOW layer's attention over its circular plane (Gemma 3) |
 | prefill.py | prefill's tiled dispatches, for chunks of `Tuning.tiled_from` tokens or more |
+| recurrent.py | CONV and DELTA layers' dispatches (LFM2's short convolution, Qwen3.5's delta net) |
 | resources.py | a conversation's scratch buffers, step parameters and descriptor set |
 | weights.py | the model's weights in device memory, still quantized, from the GGUF |
 | chunks.py | where each matrix goes: offsets within chunks that fit one texel view |

@@ -27,6 +27,7 @@ from .chunks import Matrix
 from .pipelines import PUSH_WORDS, Pipelines
 from .prefill import mass_pass, record_attention, record_product
 from .profiler import DispatchTimer
+from .recurrent import record_delta_net, record_short_conv
 from .resources import ConversationResources
 from .tuning import Tuning, matmul_tokens
 from .weights import DeviceWeights, LayerMatrices
@@ -190,6 +191,12 @@ class PassRecorder:
                        w_block=m.block, norm_off=norm or 0, in_off=in_off, out_off=out_off,
                        count=bias, per_t=gates)
 
+    def store_product(self, shape: PassShape, m: Matrix, *, norm: int | None, in_off: int,
+                      out_off: int) -> None:
+        """Y = X W^T stored as is (MODE_STORE), rows of m.rows at `out_off`: the products a
+        layer's own shader reads next (recurrent.py's)."""
+        self._matmul(shape, MODE_STORE, m, norm=norm, in_off=in_off, out_off=out_off)
+
     def _attention(self, shape: PassShape, lw: LayerMatrices, plane: int) -> None:
         """Attention over the ring, plane `plane` of its K/V, into the residual stream; a
         prefill pass also sums the layer's mass (the ring's last layer folds it into the
@@ -253,41 +260,6 @@ class PassRecorder:
             self._matmul(shape, MODE_RESID, m, norm=None, in_off=in_off, out_off=a.x)
         self._barrier()
 
-    def _short_conv(self, shape: PassShape, lw: LayerMatrices, plane: int) -> None:
-        """A CONV layer's short convolution (shortconv.comp), carry plane `plane`, into the
-        residual stream: in_proj, the convolution, out_proj."""
-        a, sw = self.res.act_layout, self.t.small_wg
-        self._matmul(shape, MODE_STORE, lw.qkv, norm=lw.attn_norm, in_off=a.x, out_off=a.q)
-        self._barrier()
-        self._dispatch("shortconv", {"WG": sw, "CONV_W": self.cfg.d_model},
-                       (ceil_div(self.cfg.d_model, sw), 1),
-                       in_off=a.q, out_off=a.attn, norm_off=lw.conv_taps, layer=plane)
-        self._barrier()
-        self._matmul(shape, MODE_RESID, lw.wo, norm=None, in_off=a.attn, out_off=a.x)
-        self._barrier()
-
-    def _delta_net(self, shape: PassShape, lw: LayerMatrices, plane: int) -> None:
-        """A DELTA layer's gated delta net (Qwen3.5), carry and state plane `plane`, into the
-        residual stream: the three input products (q|k|v, z, beta|alpha: independent, so no
-        barrier between them), the convolution with SiLU (shortconv.comp), the delta rule
-        with its gated norm (delta_rule.comp), then ssm_out."""
-        cfg, a, sw = self.cfg, self.res.act_layout, self.t.small_wg
-        ba = a.aux + self.res.cmax * cfg.delta_inner
-        for m, out in ((lw.qkv, a.q), (lw.delta_z, a.aux), (lw.delta_ba, ba)):
-            self._matmul(shape, MODE_STORE, m, norm=lw.attn_norm, in_off=a.x, out_off=out)
-        self._barrier()
-        width = cfg.delta_conv_dim
-        self._dispatch("shortconv", {"WG": sw, "CONV_W": width, "CONV_SILU": 1},
-                       (ceil_div(width, sw), 1),
-                       in_off=a.q, out_off=a.attn, norm_off=lw.conv_taps, layer=plane)
-        self._barrier()
-        self._dispatch("delta_rule", {"WG": cfg.delta_head_dim}, (cfg.delta_v_heads, 1),
-                       in_off=a.attn, out_off=a.q, norm_off=lw.delta_vec, layer=plane,
-                       p_row0=a.aux, per_t=ba)
-        self._barrier()
-        self._matmul(shape, MODE_RESID, lw.wo, norm=None, in_off=a.q, out_off=a.x)
-        self._barrier()
-
     def _forward(self, shape: PassShape) -> None:
         cfg, w, a, sw = self.cfg, self.w, self.res.act_layout, self.t.small_wg
         per_token_blocks = cfg.d_model // 32
@@ -299,9 +271,9 @@ class PassRecorder:
         self._barrier()
         for i, lw in enumerate(w.layers):
             if lw.kind == CONV:
-                self._short_conv(shape, lw, cfg.plane(i))
+                record_short_conv(self, shape, lw, cfg.plane(i))
             elif lw.kind == DELTA:
-                self._delta_net(shape, lw, cfg.plane(i))
+                record_delta_net(self, shape, lw, cfg.plane(i))
             elif lw.kind == WINDOW:
                 self._window_attention(shape, lw, cfg.plane(i))
             else:
