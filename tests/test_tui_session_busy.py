@@ -22,8 +22,10 @@ from .test_tui_snapshots import SIZE, fake_app, until
 REFUSAL = f"session 'default' is open in another Channel (pid {HOLDER_PID})"
 
 
-def on_screen(app: ChannelApp, kind: type) -> bool:
-    return isinstance(app.screen, kind)
+def on_screen(app: ChannelApp, kind: type, widget: str = "") -> bool:
+    """Whether `kind` is the active screen (and, where named, has composed `widget`: a screen
+    becomes active before its children mount, which a loaded machine makes visible)."""
+    return isinstance(app.screen, kind) and (not widget or bool(app.screen.query(widget)))
 
 
 def banner(app: ChannelApp) -> str:
@@ -33,7 +35,7 @@ def banner(app: ChannelApp) -> str:
 async def test_a_busy_session_offers_a_fork_or_another_session(tmp_path) -> None:
     app = fake_app(tmp_path / "data", "--busy", "default")
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: on_screen(app, SessionBusyScreen))
+        await until(pilot, lambda: on_screen(app, SessionBusyScreen, "#busy-message"))
         shown = str(app.screen.query_one("#busy-message").render())
         assert shown == REFUSAL and banner(app) == f"⚠ {REFUSAL}"
         assert not app.chat.session_open and not app.chat.fatal
@@ -42,7 +44,7 @@ async def test_a_busy_session_offers_a_fork_or_another_session(tmp_path) -> None
         await pilot.press("escape")
         await until(pilot, lambda: on_screen(app, SessionBusyScreen))
         await pilot.press("f")
-        await until(pilot, lambda: on_screen(app, NewSessionScreen))
+        await until(pilot, lambda: on_screen(app, NewSessionScreen, "#new-name"))
         assert app.screen.query_one("#new-name").value == "default-fork"
         await pilot.press("enter")
         await until(pilot, lambda: app.chat.session_open)
@@ -71,7 +73,8 @@ async def test_a_session_a_real_engine_holds_is_forked_from_the_app(engine, tmp_
     app = ChannelApp(AppOptions(data_dir=data, model=tiny_gguf, cache_dir=tiny_cache,
                                 max_tokens=4, debounce_s=60.0))
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: on_screen(app, SessionBusyScreen), timeout=60)
+        await until(pilot, lambda: on_screen(app, SessionBusyScreen, "#busy-message"),
+                    timeout=60)
         assert str(app.screen.query_one("#busy-message").render()) == (
             f"session 'default' is open in another Channel (pid {holder.proc.pid})")
         await pilot.press("f")
