@@ -20,6 +20,7 @@ from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as QT
 
 from ...model.architecture import CONV, DELTA, FULL, SPLIT_HALF
+from ...model.config import ModelConfig
 from ...model.model import Model, TensorInfo
 from .buffers import DeviceBuffer, device_buffer, staging_buffer
 from .chunks import TYPE_NAMES, Copy, Matrix, Planner
@@ -86,39 +87,7 @@ def upload_weights(ctx: Context, model: Model) -> DeviceWeights:
     arch = cfg.arch
     for i, kind in enumerate(cfg.kinds):
         b = f"blk.{i}."
-        if kind == CONV:
-            mixer = dict(
-                qkv=p.matrix(b + "shortconv.in_proj.weight")[0],
-                wo=p.matrix(b + "shortconv.out_proj.weight")[0],
-                conv_taps=p.vector(b + "shortconv.conv.weight", cfg.d_model * cfg.conv_kernel))
-        elif kind == DELTA:
-            nv, hd = cfg.delta_v_heads, cfg.delta_head_dim
-            mixer = dict(
-                qkv=p.matrix(b + "attn_qkv.weight")[0],
-                delta_z=p.matrix(b + "attn_gate.weight")[0],
-                delta_ba=p.matrix(b + "ssm_beta.weight", b + "ssm_alpha.weight")[0],
-                wo=p.matrix(b + "ssm_out.weight")[0],
-                conv_taps=p.vector(b + "ssm_conv1d.weight",
-                                   cfg.delta_conv_dim * cfg.conv_kernel),
-                delta_vec=p.stacked([b + "ssm_dt.bias", b + "ssm_a", b + "ssm_norm.weight"],
-                                    [nv, nv, hd]))
-        else:
-            # Fused q|k|v and gate|up (phi3) are one tensor each, in the order the pass reads.
-            qkv = [b + "attn_qkv.weight"] if arch.fused_qkv else [
-                b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"]
-            # Split-half RoPE: Q/K rows interleaved per head, as matmul_common.glsl rotates them.
-            rotated = [cfg.q_dim + cfg.kv_dim] if arch.fused_qkv else [cfg.q_dim, cfg.kv_dim]
-            interleave = {n: (cfg.head_dim, rows) for n, rows in zip(qkv, rotated)} \
-                if arch.rope_style == SPLIT_HALF else {}
-            bias = [b + "attn_q.bias", b + "attn_k.bias", b + "attn_v.bias"]
-            gated = (qkv[0], cfg.head_dim) if arch.gated_query else None
-            mixer = dict(
-                qkv=p.matrix(*qkv, interleave=interleave, gated=gated)[0],
-                wo=p.matrix(b + "attn_output.weight")[0],
-                qkv_bias=p.stacked(bias, [cfg.q_dim, cfg.kv_dim, cfg.kv_dim])
-                if arch.qkv_bias else 0,
-                qk_norm=p.stacked([b + "attn_q_norm.weight", b + "attn_k_norm.weight"],
-                                  [cfg.head_dim] * 2) if arch.qk_norm else 0)
+        mixer = _mixer(p, cfg, b, kind)
         gate_up = [b + "ffn_up.weight"] if arch.fused_gate_up else [
             b + "ffn_gate.weight", b + "ffn_up.weight"]
         if arch.post_norms:
@@ -162,6 +131,43 @@ def upload_weights(ctx: Context, model: Model) -> DeviceWeights:
     nbytes = sum(b.size for b in (*wq, *ws, vec))
     return DeviceWeights(embed, output, output_norm, cos_off, sin_off, layers, wq, ws, vec,
                          nbytes, encodings, types, window_cos_off, window_sin_off)
+
+
+def _mixer(p: Planner, cfg: ModelConfig, b: str, kind: str) -> dict:
+    """The LayerMatrices fields of the token mixer of a layer of `kind` (blk prefix `b`)."""
+    arch = cfg.arch
+    if kind == CONV:
+        return dict(
+            qkv=p.matrix(b + "shortconv.in_proj.weight")[0],
+            wo=p.matrix(b + "shortconv.out_proj.weight")[0],
+            conv_taps=p.vector(b + "shortconv.conv.weight", cfg.d_model * cfg.conv_kernel))
+    if kind == DELTA:
+        nv, hd = cfg.delta_v_heads, cfg.delta_head_dim
+        return dict(
+            qkv=p.matrix(b + "attn_qkv.weight")[0],
+            delta_z=p.matrix(b + "attn_gate.weight")[0],
+            delta_ba=p.matrix(b + "ssm_beta.weight", b + "ssm_alpha.weight")[0],
+            wo=p.matrix(b + "ssm_out.weight")[0],
+            conv_taps=p.vector(b + "ssm_conv1d.weight",
+                               cfg.delta_conv_dim * cfg.conv_kernel),
+            delta_vec=p.stacked([b + "ssm_dt.bias", b + "ssm_a", b + "ssm_norm.weight"],
+                                [nv, nv, hd]))
+    # Attention (FULL or WINDOW). Fused q|k|v and gate|up (phi3) are one tensor each, in the
+    # order the pass reads.
+    qkv = [b + "attn_qkv.weight"] if arch.fused_qkv else [
+        b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"]
+    # Split-half RoPE: Q/K rows interleaved per head, as matmul_common.glsl rotates them.
+    rotated = [cfg.q_dim + cfg.kv_dim] if arch.fused_qkv else [cfg.q_dim, cfg.kv_dim]
+    interleave = {n: (cfg.head_dim, rows) for n, rows in zip(qkv, rotated)} \
+        if arch.rope_style == SPLIT_HALF else {}
+    bias = [b + "attn_q.bias", b + "attn_k.bias", b + "attn_v.bias"]
+    gated = (qkv[0], cfg.head_dim) if arch.gated_query else None
+    return dict(
+        qkv=p.matrix(*qkv, interleave=interleave, gated=gated)[0],
+        wo=p.matrix(b + "attn_output.weight")[0],
+        qkv_bias=p.stacked(bias, [cfg.q_dim, cfg.kv_dim, cfg.kv_dim]) if arch.qkv_bias else 0,
+        qk_norm=p.stacked([b + "attn_q_norm.weight", b + "attn_k_norm.weight"],
+                          [cfg.head_dim] * 2) if arch.qk_norm else 0)
 
 
 def _blocks_writer(raw: np.ndarray, model: Model, copies: list[Copy]):
