@@ -6,10 +6,16 @@
 // K planes are pc.flags layers (all of them, or one group where they exceed one binding).
 // Pairs as the keys were rotated (matmul_common.glsl): adjacent dims, or with ROPE_SPLIT
 // dims (j, j + RH) of a head (partial rotary: only the first RH pairs turn).
+// WINDOW (Gemma 3): the window planes (binding 22, pc.flags of them, WINDOW rows each) turn
+// instead, every row by the tables' row 0: a window keeps its tokens' distances.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
+layout(std430, binding = 22) buffer KWin { float kw[]; };  // arena kw_cache [planes, WINDOW, KVD]
+
 layout(local_size_x_id = 0) in;
+
+const uint ROWS = WINDOW != 0 ? WINDOW : S;  // rows of a plane
 
 void main() {
     uint id = gl_GlobalInvocationID.x;
@@ -17,12 +23,19 @@ void main() {
     if (s >= pc.count) return;
     uint j = p % HALF;
     if (j >= RH) return;  // a dim partial rotary leaves alone
-    float c = rot_cos[s * HALF + j], sn = rot_sin[s * HALF + j];
+    uint angle = WINDOW != 0 ? 0 : s;
+    float c = rot_cos[angle * HALF + j], sn = rot_sin[angle * HALF + j];
     for (uint l = 0; l < pc.flags; l++) {
-        uint k = (l * S + s) * KVD + (ROPE_SPLIT != 0 ? (p / HALF) * HD + j : 2 * p);
+        uint k = (l * ROWS + s) * KVD + (ROPE_SPLIT != 0 ? (p / HALF) * HD + j : 2 * p);
         uint ko = k + (ROPE_SPLIT != 0 ? RH : 1);
-        float e = kc[k], o = kc[ko];
-        kc[k] = e * c - o * sn;
-        kc[ko] = o * c + e * sn;
+        if (WINDOW != 0) {
+            float e = kw[k], o = kw[ko];
+            kw[k] = e * c - o * sn;
+            kw[ko] = o * c + e * sn;
+        } else {
+            float e = kc[k], o = kc[ko];
+            kc[k] = e * c - o * sn;
+            kc[ko] = o * c + e * sn;
+        }
     }
 }

@@ -54,6 +54,9 @@ def shift_window(ring: KVRing, v: ArenaViews, shift: int) -> None:
     cos, sin = v.rebase_cos[:1], v.rebase_sin[:1]
     np.cos(angle, out=cos[:, 0, :], casting="same_kind")
     np.sin(angle, out=sin[:, 0, :], casting="same_kind")
+    if ring.device is not None:
+        ring.device.rotate_window_keys()
+        return
     for plane in v.kw_cache:
         rotate_keys(ring.cfg, v, plane, ring.window_rope, cos, sin)
 

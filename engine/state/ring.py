@@ -76,6 +76,9 @@ class RingDevice(Protocol):
     def rotate_keys(self, count: int) -> None:
         """Rotate every ring layer's keys of slots [0, count) by rebase_cos/rebase_sin."""
 
+    def rotate_window_keys(self) -> None:
+        """Rotate every row of every WINDOW plane's keys by rebase_cos/rebase_sin row 0."""
+
     def copy_planes(self, names: Sequence[str]) -> dict[str, np.ndarray]:
         """Fresh host copies of the named layer planes."""
 

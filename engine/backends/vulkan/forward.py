@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ...align import align_up, ceil_div
+from ...model.architecture import WINDOW
 from ...state.ring import KVRing, SlotSpan
 from ..base import KV_REGIONS, ForwardPass, HiddenCallback, ProgressCallback, prefill_in_chunks
 from .buffers import DeviceBuffer, readback_buffer
@@ -201,6 +202,21 @@ class VulkanForward(ForwardPass):
             for first, layers in self.res.kv_groups:  # one group: one dispatch, as before
                 rec._dispatch("rope_rebase", {"WG": wg}, (ceil_div(pairs, wg), 1),
                               kv_layer=first, count=count, flags=layers)
+
+        run_once(self.ctx, record)
+
+    def rotate_window_keys(self) -> None:
+        """Rotate every WINDOW plane's keys, all rows by the arena's rebase_cos/rebase_sin
+        row 0 (rebase.py's shift_window), on the device."""
+        rec, wg, cfg = self.recorder, self.tuning.small_wg, self.cfg
+        pairs = cfg.window * cfg.kv_dim // 2
+        spec = {"WG": wg, "WINDOW": cfg.window}
+
+        def record(cb) -> None:
+            rec.cb = cb
+            rec.bind(cb)
+            rec._dispatch("rope_rebase", spec, (ceil_div(pairs, wg), 1), count=cfg.window,
+                          flags=len(cfg.layers_of(WINDOW)))
 
         run_once(self.ctx, record)
 

@@ -15,8 +15,9 @@ matmul_common.glsl), QK-norm rotates them there with the window's RoPE tables, t
   queries never see that row (it held the token `window` steps older).
 
 Decode costs what a FULL layer's does (qkv, QK-norm, attention, then wo); prefill one more.
-A rebase re-rotates the window's keys on the host views (engine/state/rebase.py's
-shift_window), which this backend's arena, in mapped memory, shares.
+A rebase re-rotates the window's keys (engine/state/rebase.py's shift_window): on the host
+views of the mapped arena, or where the CPU reads it slowly, on the device (rope_rebase.comp
+with WINDOW: every row by one angle).
 """
 
 from __future__ import annotations
