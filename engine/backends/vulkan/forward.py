@@ -193,30 +193,28 @@ class VulkanForward(ForwardPass):
     def rotate_keys(self, count: int) -> None:
         """Rotate the cached keys of slots [0, count) by the arena's rebase_cos/rebase_sin, on
         the device: the rebase step for arenas whose K/V the CPU cannot touch cheaply."""
-        rec, wg = self.recorder, self.tuning.small_wg
-        pairs = count * self.cfg.kv_dim // 2
-
-        def record(cb) -> None:
-            rec.cb = cb
-            rec.bind(cb)
-            for first, layers in self.res.kv_groups:  # one group: one dispatch, as before
-                rec._dispatch("rope_rebase", {"WG": wg}, (ceil_div(pairs, wg), 1),
-                              kv_layer=first, count=count, flags=layers)
-
-        run_once(self.ctx, record)
+        # One dispatch a group of K planes (one group: one dispatch).
+        self._rotate({"WG": self.tuning.small_wg}, count,
+                     [dict(kv_layer=first, flags=layers) for first, layers in self.res.kv_groups])
 
     def rotate_window_keys(self) -> None:
         """Rotate every WINDOW plane's keys, all rows by the arena's rebase_cos/rebase_sin
         row 0 (rebase.py's shift_window), on the device."""
-        rec, wg, cfg = self.recorder, self.tuning.small_wg, self.cfg
-        pairs = cfg.window * cfg.kv_dim // 2
-        spec = {"WG": wg, "WINDOW": cfg.window}
+        cfg = self.cfg
+        self._rotate({"WG": self.tuning.small_wg, "WINDOW": cfg.window}, cfg.window,
+                     [dict(flags=len(cfg.layers_of(WINDOW)))])
+
+    def _rotate(self, spec: dict, rows: int, dispatches: list[dict]) -> None:
+        """rope_rebase.comp over `rows` rows of key planes, one dispatch per push-constant
+        set in `dispatches`, recorded and run once."""
+        rec, wg = self.recorder, spec["WG"]
+        pairs = rows * self.cfg.kv_dim // 2
 
         def record(cb) -> None:
             rec.cb = cb
             rec.bind(cb)
-            rec._dispatch("rope_rebase", spec, (ceil_div(pairs, wg), 1), count=cfg.window,
-                          flags=len(cfg.layers_of(WINDOW)))
+            for push in dispatches:
+                rec._dispatch("rope_rebase", spec, (ceil_div(pairs, wg), 1), count=rows, **push)
 
         run_once(self.ctx, record)
 
