@@ -10,6 +10,16 @@ from engine.state.ring_policy import RingPolicy
 SMALL_RING = RingPolicy(max_slots=24, recent_window=4, evict_batch=3, prefill_chunk=5)
 
 
+def assert_steps_allocate_nothing(conv: Conversation, tokens: list[int]) -> None:
+    """After a short prefill and one decode step (which may build what the step needs),
+    eight more decode steps of `conv` make no numpy buffer."""
+    conv.ingest(tokens[:4])
+    stream = iter(tokens * 2)
+    conv.forward.decode_one_token(next(stream))
+    report = measure_allocations(lambda: conv.forward.decode_one_token(next(stream)), 8)
+    assert report.numpy_new_buffers == 0
+
+
 def assert_decode_allocates_nothing(model, vocab_top: int) -> None:
     """Decode ids below `vocab_top` on a small ring of `model` (its context short enough to
     rebase) until eviction and rebase happen, then measure 120 more steps."""

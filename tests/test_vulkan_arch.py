@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 
-from engine.allocs import measure_allocations
 from engine.backends.vulkan.tuning import GPU
 from engine.conversation import Conversation
 from engine.model.config import ModelConfig
 from engine.model.layer_kinds import CONV, DELTA, FULL, WINDOW
 from engine.state.ring_policy import RingPolicy
 
+from .allocation_checks import assert_steps_allocate_nothing
 from .parity import POLICY, TOKENS, run_steps, tiny
 from .test_vulkan_prefill import assert_tiled_prefill_then_decode, watch_dispatches
 
@@ -151,9 +151,4 @@ def test_gemma3_decode_allocates_no_numpy_buffers(tmp_path_factory, vk_backend) 
     """A window model's decode step reads the ring's clock and writes two more parameter
     words (the window row and fill): still no numpy buffer a step."""
     model = tiny(tmp_path_factory, QT.F32, seed=4, **MODELS["gemma3"])
-    conv = Conversation(model, POLICY, backend=vk_backend)
-    conv.ingest(TOKENS[:4])
-    tokens = iter(TOKENS * 2)
-    conv.forward.decode_one_token(next(tokens))
-    report = measure_allocations(lambda: conv.forward.decode_one_token(next(tokens)), 8)
-    assert report.numpy_new_buffers == 0
+    assert_steps_allocate_nothing(Conversation(model, POLICY, backend=vk_backend), TOKENS)

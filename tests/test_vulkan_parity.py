@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 
-from engine.allocs import measure_allocations
 from engine.backends.vulkan import UnsupportedTensorTypeForVulkanError, options
 from engine.backends.vulkan.loader import UnsupportedModelForVulkanError
 from engine.backends.vulkan.options import VulkanOptions
 from engine.conversation import Conversation
 
+from .allocation_checks import assert_steps_allocate_nothing
 from .parity import POLICY, TOKENS, run_steps, tiny
 
 ATOL = 5e-5
@@ -82,12 +82,7 @@ def test_arena_is_mapped_device_memory(tiny_model, vk_backend) -> None:
 
 
 def test_decode_allocates_no_numpy_buffers(tiny_model, vk_backend) -> None:
-    conv = Conversation(tiny_model, POLICY, backend=vk_backend)
-    conv.ingest(TOKENS[:4])
-    tokens = iter(TOKENS * 2)
-    conv.forward.decode_one_token(next(tokens))
-    report = measure_allocations(lambda: conv.forward.decode_one_token(next(tokens)), 8)
-    assert report.numpy_new_buffers == 0
+    assert_steps_allocate_nothing(Conversation(tiny_model, POLICY, backend=vk_backend), TOKENS)
 
 
 def test_greedy_generation_matches_numpy(tiny_model, vk_backend) -> None:
