@@ -81,6 +81,18 @@ def vk_backend():
     return make_vk_backend(os.environ.get("CHANNEL_VULKAN_TUNING"))
 
 
+@pytest.fixture(params=[False, True], ids=["mapped", "staging"])
+def staging(request, monkeypatch) -> bool:
+    """Whether the Vulkan arena is treated as memory the CPU reads slowly (a GPU's uncached
+    BAR window; forced with options.force_staging on any device): snapshots and logits are
+    then staged on the device, and the ring rebases and marks through it (RingDevice)."""
+    from engine.backends.vulkan import options
+    from engine.backends.vulkan.options import VulkanOptions
+
+    monkeypatch.setattr(options, "_current", VulkanOptions(force_staging=request.param))
+    return request.param
+
+
 @pytest.fixture(scope="module")
 def backend_with():
     """make(tuning) -> a Vulkan backend forced to that Tuning (lavapipe in CI); skips without

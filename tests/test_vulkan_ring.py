@@ -53,17 +53,6 @@ def ring_model(request, tmp_path_factory):
                 **extra.get(request.param, {}))
 
 
-@pytest.fixture(params=[False, True], ids=["mapped", "staging"])
-def staging(request, monkeypatch) -> bool:
-    """Whether the Vulkan arena is treated as memory the CPU reads slowly (a GPU's BAR): the
-    ring then rebases and marks through the device (RingDevice)."""
-    from engine.backends.vulkan import options
-    from engine.backends.vulkan.options import VulkanOptions
-
-    monkeypatch.setattr(options, "_current", VulkanOptions(force_staging=request.param))
-    return request.param
-
-
 def test_eviction_and_rebase_match_numpy(ring_model, vk_backend, staging) -> None:
     tiny_model = ring_model
     convs = [Conversation(tiny_model, POLICY, backend=b) for b in (None, vk_backend)]
