@@ -72,6 +72,8 @@ class PassRecorder:
             # Partial rotary's pairs: only Qwen3.5 has it (gguf_file.py), whose QK-norm rotates.
             "ROT_HALF": cfg.rotary_dim // 2 if cfg.rotary_dim < cfg.head_dim else 0,
             "GATED_Q": int(cfg.arch.gated_query),
+            # delta_rule.comp's sizes; never 0, as DK sizes its arrays (models without DELTA
+            # layers never dispatch it).
             "CONV_K": cfg.conv_kernel, "DK": cfg.delta_head_dim or 16,
             "NKH": cfg.delta_k_heads or 1, "NVH": cfg.delta_v_heads or 1,
             # Gemma's: GeGLU, the embedding scale and the queries' (model_specs), and WINDOW
