@@ -1,35 +1,51 @@
 #!/bin/bash
-# One device call, no weights carried: the Vulkan K-quant encodings on the GPU. Builds
-# llama-bench in the background (as call1.sh does) and meanwhile runs the Vulkan tests that
-# need no shipped model (the K-quant ones among them: matmul_coopmat reads the new encodings
-# only here); then writes a synthetic Q4_K model of a real shape from the shipped vocabulary
-# and benches Vulkan against llama.cpp CUDA on it.
+# Device calls with no weights carried: the Vulkan K-quant encodings and the hybrid
+# architectures on the GPU, then each PRESET (a synthetic Q4_K model of a real shape, written
+# here from the shipped vocabulary) benched on Vulkan against llama.cpp CUDA.
 # carry: .gl .whl .model/tokenizer.gguf .llama      ($OUT: gpu-tests.log, <preset>.json/.log)
-#   PRESETS="qwen2.5-0.5b" bash scripts/device/kquant.sh
-# The hybrids Vulkan runs too (their GPU tests are among the ones above):
-#   PRESETS="lfm2-350m qwen3.5-0.8b gemma3-270m" bash scripts/device/kquant.sh
+#   PRESETS="qwen2.5-0.5b lfm2-350m qwen3.5-0.8b gemma3-270m" bash scripts/device/kquant.sh
+# Resumable: one call rarely fits everything in the 10-minute limit, so each step leaves its
+# result in $STATE and is skipped by the next call (made back to back, within the 30 s the
+# machine stays warm). A call starts no new bench after BUDGET seconds (default 380).
 source scripts/device/common.sh
 setup
+budget=${BUDGET:-380}
+presets=${PRESETS:-qwen2.5-0.5b}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
-mkdir -p "$STATE/llama"
-if [ ! -x "$STATE/llama/bin/llama-bench" ]; then
+mkdir -p "$STATE/llama" "$STATE/done"
+if [ ! -x "$STATE/llama/bin/llama-bench" ] && [ ! -f "$STATE/building" ]; then
     touch "$STATE/building"
     setsid bash -c "scripts/device/build_llama_bench.sh .llama/llama.cpp.tar.gz $STATE/llama; \
         rm -f $STATE/building" >"$STATE/build.out" 2>&1 </dev/null &
 fi
-timeout 280 python3 -m pytest -q -p no:cacheprovider -o addopts="" -m "not real_model" \
-    tests/test_vulkan_kquant.py tests/test_vulkan_parity.py tests/test_vulkan_arch.py \
-    tests/test_vulkan_limits.py tests/test_vulkan_prefill.py tests/test_vulkan_ring.py \
-    2>&1 | tail -15 | tee "$OUT/gpu-tests.log" || true
-for preset in ${PRESETS:-qwen2.5-0.5b}; do
+for preset in $presets; do  # written while the tests run; the build shares the cores
     synth=$STATE/$preset-q4k.gguf
-    [ -f "$synth" ] || python3 scripts/make_synthetic_gguf.py "$synth" --preset "$preset" \
-        --type Q4_K --tokenizer-from .model/tokenizer.gguf 2>&1 | tail -2
+    [ -f "$synth" ] || (python3 scripts/make_synthetic_gguf.py "$synth.part" --preset "$preset" \
+        --type Q4_K --tokenizer-from .model/tokenizer.gguf >"$STATE/$preset.synth.log" 2>&1 \
+        && mv "$synth.part" "$synth") &
 done
-wait_build 420
-for preset in ${PRESETS:-qwen2.5-0.5b}; do
-    timeout 260 python3 scripts/bench_vulkan.py --model "$STATE/$preset-q4k.gguf" \
-        --cache-dir "$STATE/cache" --backends vulkan --llama-bench "$STATE/llama/bin/llama-bench" \
-        --repeat 3 --timeout 120 --out "$OUT/$preset.json" > "$OUT/$preset.log" 2>&1 || true
-    tail -20 "$OUT/$preset.log"
+if [ ! -f "$STATE/done/tests" ]; then
+    timeout 300 python3 -m pytest -q --tb=short -p no:cacheprovider -o addopts="" -m "not real_model" \
+        tests/test_vulkan_kquant.py tests/test_vulkan_parity.py tests/test_vulkan_arch.py \
+        tests/test_vulkan_limits.py tests/test_vulkan_prefill.py tests/test_vulkan_ring.py \
+        tests/test_vulkan_snapshot.py tests/test_vulkan_split.py tests/test_hybrid_warm_boot.py \
+        tests/test_arch_reference.py \
+        > "$STATE/done/tests" 2>&1 || true
+fi
+cp "$STATE/done/tests" "$OUT/gpu-tests.log"; tail -25 "$OUT/gpu-tests.log"
+wait
+wait_build 420 || true
+for preset in $presets; do
+    if [ ! -f "$STATE/done/$preset.json" ]; then
+        [ "$SECONDS" -lt "$budget" ] || { say "budget spent: call again for $preset"; continue; }
+        ls -la "$STATE/$preset-q4k.gguf" || { tail -3 "$STATE/$preset.synth.log"; continue; }
+        timeout 200 python3 scripts/bench_vulkan.py --model "$STATE/$preset-q4k.gguf" \
+            --cache-dir "$STATE/cache" --backends vulkan \
+            --llama-bench "$STATE/llama/bin/llama-bench" --repeat 3 --timeout 90 \
+            --out "$STATE/done/$preset.json" > "$STATE/done/$preset.log" 2>&1 || true
+        touch "$STATE/done/$preset.json"
+    fi
+    cp "$STATE/done/$preset.json" "$STATE/done/$preset.log" "$OUT/" 2>/dev/null || true
+    tail -12 "$STATE/done/$preset.log"
 done
+say "kquant.sh done at ${SECONDS}s"
