@@ -27,8 +27,8 @@ layout(constant_id = 13) const uint F = 128;     // ffn_dim
 layout(constant_id = 14) const uint S = 64;      // ring slots
 layout(constant_id = 15) const uint PROWS = 8;   // rows of the probability scratch
 layout(constant_id = 16) const float EPS = 1e-5; // RMSNorm epsilon
-layout(constant_id = 17) const uint COS_OFF = 0; // VEC offset of the (context, HD/2) cos table
-layout(constant_id = 18) const uint SIN_OFF = 0; // VEC offset of the sin table
+layout(constant_id = 17) const uint COS_OFF = 0; // prm.tokens index of the pass's cos rows
+layout(constant_id = 18) const uint SIN_OFF = 0; // prm.tokens index of its sin rows
 layout(constant_id = 19) const uint NL = 2;      // layers
 layout(constant_id = 20) const uint V = 256;     // vocabulary (logits)
 // The architecture's layout (architecture.py's features), 0 for llama's: a model that does
@@ -39,7 +39,7 @@ layout(constant_id = 36) const uint QK_NORM = 0;     // 1: q|k|v leaves RoPE to 
 // >0: RoPE pairs a head (partial rotary: Qwen3.5, a QK-norm model, so qk_norm.comp rotates).
 layout(constant_id = 47) const uint ROT_HALF = 0;
 layout(constant_id = 52) const uint GATED_Q = 0;     // 1: q|k|v|gate rows; gates to act pc.per_t
-// Gemma 3's: a WINDOW layer's pipelines get its window's rows (and its own RoPE table at
+// Gemma 3's: a WINDOW layer's pipelines get its window's rows (and its own RoPE rows at
 // COS_OFF/SIN_OFF); every other pipeline 0.
 layout(constant_id = 38) const uint WINDOW = 0;      // >0: q|k|v rows stay in act (QKVD wide)
 layout(constant_id = 39) const uint GEGLU = 0;       // 1: gate|up's gate is GELU (tanh), not SiLU
@@ -48,7 +48,7 @@ layout(constant_id = 41) const float Q_SCALE = 0.0;  // queries' scale; 0: 1/sqr
 
 const uint QD = NH * HD;     // query width
 const uint KVD = NKV * HD;   // key (and value) width
-const uint HALF = HD / 2;    // RoPE table columns a position
+const uint HALF = HD / 2;    // RoPE pairs (cos/sin columns) of a position
 // RoPE pairs per head: all HALF, or with partial rotary (Qwen3.5) the first ROT_HALF, split
 // half within the first 2 * ROT_HALF dims; the dims past those pass through unrotated.
 const uint RH = ROT_HALF == 0 ? HALF : ROT_HALF;
@@ -100,7 +100,7 @@ const uint MODE_LOGITS = 4;  // logits[row] = y, for the chunk's last token only
 // ---- resources ---------------------------------------------------------------------------------
 layout(binding = 0) uniform usamplerBuffer WQ;        // weight payload texels, all matrices
 layout(binding = 1) uniform usamplerBuffer WS;        // one scale word per weight block
-layout(std430, binding = 2) readonly buffer Vec { float vec[]; };   // norms, RoPE tables
+layout(std430, binding = 2) readonly buffer Vec { float vec[]; };   // norms, biases, taps
 layout(std430, binding = 3) buffer Act { float act[]; };            // activations scratch
 layout(std430, binding = 4) buffer KW { float kc[]; };              // arena k_cache [NL,S,KVD]
 layout(binding = 5) uniform samplerBuffer KT;         // the same k_cache, as RGBA32F texels
@@ -118,8 +118,14 @@ layout(std430, binding = 10) readonly buffer Params {
     // The window planes (WINDOW layers): the row the pass's first token writes, which is
     // (clock before the pass) % WINDOW, and the rows written so far, min(that clock, WINDOW).
     uint wrow, wfill;
-    int tokens[];  // [C] token ids
+    // [cmax] token ids, then each RoPE's (HD/2)-wide cos rows and sin rows of the pass's
+    // positions, [cmax] each, as float bits (resources.py; rope_cos below reads them).
+    int tokens[];
 } prm;
+
+// RoPE pair j of the pass's token `tok` (at position pos0 + tok).
+float rope_cos(uint tok, uint j) { return intBitsToFloat(prm.tokens[COS_OFF + tok * HALF + j]); }
+float rope_sin(uint tok, uint j) { return intBitsToFloat(prm.tokens[SIN_OFF + tok * HALF + j]); }
 layout(std430, binding = 11) buffer Probs { float probs[]; };   // [PROWS, S] then [PROWS] 1/sum
 layout(std430, binding = 12) buffer Hidden { float hidden[]; }; // [C, D] final-normed rows
 layout(std430, binding = 13) readonly buffer RotCos { float rot_cos[]; };  // arena [S, HALF]

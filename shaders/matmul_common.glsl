@@ -15,7 +15,7 @@ const uint MROWS = MODE == MODE_GATEUP ? 2 * M : M;  // weight rows: gate rows, 
 // A WINDOW layer's keys and values go to act beside q (a row of QKVD): its window plane takes
 // them only once the chunk's queries have read the rows they overwrite (window_store.comp).
 void store_qkv_pair(uint tok, uint row, float e, float o) {
-    uint pos = prm.pos0 + tok, slot = prm.n0 + tok;
+    uint slot = prm.n0 + tok;
     uint re = row, ro = row + 1;  // the pair's dims in q|k|v
     if (ROPE_SPLIT != 0 && row < QD + KVD) {
         re = row - row % HD + (row % HD) / 2;
@@ -27,7 +27,7 @@ void store_qkv_pair(uint tok, uint row, float e, float o) {
     }
     if (QK_NORM == 0 && row < QD + KVD) {  // QK-norm: qk_norm.comp norms, then rotates
         uint j = (row % HD) / 2;
-        float c = vec[COS_OFF + pos * HALF + j], s = vec[SIN_OFF + pos * HALF + j];
+        float c = rope_cos(tok, j), s = rope_sin(tok, j);
         float ne = e * c - o * s;
         o = o * c + e * s;
         e = ne;

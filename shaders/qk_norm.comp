@@ -15,7 +15,7 @@ shared float part[WG];
 void main() {
     uint lid = gl_LocalInvocationID.x, h = gl_WorkGroupID.x, tok = gl_WorkGroupID.y;
     if (tok >= prm.C) return;  // the whole workgroup leaves together
-    uint pos = prm.pos0 + tok, slot = prm.n0 + tok;
+    uint slot = prm.n0 + tok;
     bool is_q = h < NH, in_act = is_q || WINDOW != 0;  // else: the K plane
     uint base = pc.in_off + tok * (WINDOW != 0 ? QKVD : QD) + h * HD;  // q, or WINDOW's k
     uint kbase = in_act ? 0 : (pc.layer * S + slot) * KVD + (h - NH) * HD;
@@ -35,7 +35,7 @@ void main() {
         uint de = ROPE_SPLIT != 0 ? j : 2 * j, dof = ROPE_SPLIT != 0 ? j + RH : 2 * j + 1;
         float e = (in_act ? act[base + de] : kc[kbase + de]) * inv * vec[wn + de];
         float o = (in_act ? act[base + dof] : kc[kbase + dof]) * inv * vec[wn + dof];
-        float c = vec[COS_OFF + pos * HALF + j], s = vec[SIN_OFF + pos * HALF + j];
+        float c = rope_cos(tok, j), s = rope_sin(tok, j);
         float ne = e * c - o * s;
         o = o * c + e * s;
         if (in_act) {

@@ -16,7 +16,7 @@ import pytest
 
 from engine.conversation import Conversation
 from engine.model.architecture import CONV, FULL, WINDOW
-from engine.model.rope import RopeTables, window_rope_config
+from engine.model.rope import Rope, window_rope_config
 from engine.snapshot.chain import restore
 from engine.snapshot.format import SnapshotIdentityError
 from engine.snapshot.snapshotter import Snapshotter
@@ -34,7 +34,7 @@ def hybrid(model, kinds=(WINDOW, FULL, CONV, WINDOW), theta_window=5000.0):
                   conv_kernel=3, rope_theta_window=theta_window)
     twin = copy.copy(model)
     twin.config = cfg
-    twin.rope_window = RopeTables(window_rope_config(cfg))
+    twin.rope_window = Rope(window_rope_config(cfg))
     return twin
 
 

@@ -99,7 +99,7 @@ def test_rebase_rerotated_keys_equal_keys_rotated_fresh(tiny_model) -> None:
 
     def rotated(positions):
         keys = raw.copy()
-        cos, sin = rope.cos[positions][:, None, :], rope.sin[positions][:, None, :]
+        cos, sin = (a[:, None, :] for a in rope.at(positions))
         a = np.empty((n, kvh, hd // 2), np.float32)
         b = np.empty_like(a)
         for layer in keys:

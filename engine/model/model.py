@@ -1,4 +1,4 @@
-"""The loaded model: weights, RoPE tables, tokenizer and chat template, shared by conversations.
+"""The loaded model: weights, RoPE, tokenizer and chat template, shared by conversations.
 
 Loading is fast after the first time. The GGUF is fingerprinted (~10 ms) and two cache files
 keyed by that fingerprint are used:
@@ -26,7 +26,7 @@ from .config import ModelConfig
 from .display_name import display_name, quant_label
 from .gguf_file import GGUF_MAGIC, ModelFile, fingerprint_file, open_model
 from .model_files import FileIdentity, ModelFiles
-from .rope import RopeTables, window_rope_config
+from .rope import Rope, window_rope_config
 from .tokenizer import Tokenizer
 from .weights import Weights, build_image, map_image
 
@@ -55,15 +55,15 @@ class Model:
     fingerprint: str
     name: str
     config: ModelConfig
-    rope: RopeTables
+    rope: Rope
     tokenizer: Tokenizer
     template: ChatTemplate
     tensors: dict[str, TensorInfo]
     weights: Weights | None  # the f32 image; None when the backend does not need it
     timings: dict[str, float] = field(default_factory=dict)
     image_built: bool = False
-    # The WINDOW layers' tables where the model has such layers (model/rope.py).
-    rope_window: RopeTables | None = None
+    # The WINDOW layers' RoPE where the model has such layers (model/rope.py).
+    rope_window: Rope | None = None
     # The GGUF as loaded and the mappings the weights are read through (model_files.py).
     files: ModelFiles | None = None
     # The publisher's recommended sampling, `general.sampling.<suffix>` numbers by suffix
@@ -149,8 +149,8 @@ def load_model(path: str | Path | None = None, cache_dir: str | Path | None = No
                             "restart Channel to rebuild it from the GGUF")
 
     t0 = time.perf_counter()
-    rope = RopeTables(config)
-    rope_window = RopeTables(window_rope_config(config)) if WINDOW in config.kinds else None
+    rope = Rope(config)
+    rope_window = Rope(window_rope_config(config)) if WINDOW in config.kinds else None
     timings["rope_s"] = time.perf_counter() - t0
     return Model(path, fingerprint, meta["name"], config, rope, tokenizer, template, tensors,
                  weights, timings, built, rope_window, files, meta["sampling"])

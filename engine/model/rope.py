@@ -6,7 +6,7 @@ rotates x[i] with x[i + d/2] ("split_half"). We keep each GGUF's layout, so keys
 bit-compatible with what a backend reading GGUF blocks directly computes.
 
 Partial rotary (Qwen3.5) rotates only the first `rotary_dim` dims of each head, split-half
-within them: pair i is (x[i], x[i + rotary_dim/2]). The tables keep head_dim/2 columns so
+within them: pair i is (x[i], x[i + rotary_dim/2]). The cos/sin rows keep head_dim/2 columns so
 every caller's shapes stay the same; the pairs past rotary_dim/2 get frequency 0 and are never
 touched.
 
@@ -49,21 +49,38 @@ def inv_frequencies(cfg: ModelConfig) -> np.ndarray:
     return inv
 
 
-class RopeTables:
-    """cos/sin for every position of the model's context, shared by all conversations, and
-    the rotation that matches the model's layout."""
+class Rope:
+    """The rotation of the model's positions: its frequencies, the rotation that matches the
+    model's layout, and cos/sin rows computed for the positions a pass needs. Tabling the
+    whole context instead would cost context * head_dim floats whether used or not (Qwen3.5's
+    262,144 positions: 268 MB of host memory, and as much again on a GPU)."""
 
     def __init__(self, cfg: ModelConfig):
         self.inv_freq = inv_frequencies(cfg)  # (half,) float64
         self.rotate: Rotate = rotate_pairs if cfg.arch.rope_style == INTERLEAVED else rotate_halves
         if cfg.rotary_dim < cfg.head_dim:
             self.rotate = partial(rotate_leading_halves, pairs=cfg.rotary_dim // 2)
-        positions = np.arange(cfg.context_length, dtype=np.float64)
-        angles = np.multiply.outer(positions, self.inv_freq)  # transient f64 (ctx, half)
-        # Generated straight into the final float32 tables; no f32 or f64 twin is kept.
-        self.cos = np.cos(angles, out=np.empty(angles.shape, np.float32), casting="same_kind")
-        self.sin = np.sin(angles, out=np.empty(angles.shape, np.float32), casting="same_kind")
-        del angles
+        self._steps = np.zeros((0, 1))  # (n, 1) float64 0..n-1, grown to the largest pass
+
+    def fill_rows(self, pos: int, cos: np.ndarray, sin: np.ndarray, positions: np.ndarray,
+                  angle: np.ndarray) -> None:
+        """cos, sin: (count, half) float32 rows of positions pos .. pos + count - 1, as angles
+        in float64 (exact integer positions times the frequencies) rounded once, so every
+        backend and every pass gets the same numbers. positions (count, 1) and angle
+        (count, half) are float64 scratch: a ready conversation's passes allocate nothing."""
+        count = cos.shape[0]
+        if self._steps.shape[0] < count:  # once per larger pass size, at its first use
+            self._steps = np.arange(count, dtype=np.float64)[:, None]
+        np.add(self._steps[:count], float(pos), out=positions)
+        np.multiply(positions, self.inv_freq, out=angle)
+        np.cos(angle, out=cos, casting="same_kind")
+        np.sin(angle, out=sin, casting="same_kind")
+
+    def at(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """cos, sin (n, half) float32 of any positions (n,), as fill_rows computes them; new
+        arrays, for the rare caller outside a pass."""
+        angle = np.multiply.outer(np.asarray(positions, dtype=np.float64), self.inv_freq)
+        return np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
 
 
 def _rotate(first: np.ndarray, second: np.ndarray, cos: np.ndarray, sin: np.ndarray,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..model.config import ModelConfig
-from ..model.rope import RopeTables
+from ..model.rope import Rope
 from .arena import NEXT_POS, REBASES, ArenaViews
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ def shift_window(ring: KVRing, v: ArenaViews, shift: int) -> None:
         rotate_keys(ring.cfg, v, plane, ring.window_rope, cos, sin)
 
 
-def rotate_keys(cfg: ModelConfig, v: ArenaViews, keys: np.ndarray, rope: RopeTables,
+def rotate_keys(cfg: ModelConfig, v: ArenaViews, keys: np.ndarray, rope: Rope,
                 cos: np.ndarray, sin: np.ndarray) -> None:
     """Rotate cached key rows (rows, kv_dim) in place; f16 keys rotate in f32, rounded
     once after."""

@@ -27,7 +27,7 @@ from typing import Protocol
 import numpy as np
 
 from ..model.config import ModelConfig
-from ..model.rope import RopeTables
+from ..model.rope import Rope
 from .arena import (
     CLOCK,
     EVICTED,
@@ -93,8 +93,8 @@ class SlotSpan:
 
 
 class KVRing:
-    def __init__(self, arena: StateArena, cfg: ModelConfig, policy: RingPolicy, rope: RopeTables,
-                 window_rope: RopeTables | None = None):
+    def __init__(self, arena: StateArena, cfg: ModelConfig, policy: RingPolicy, rope: Rope,
+                 window_rope: Rope | None = None):
         self.arena = arena
         self.cfg = cfg
         self.policy = policy

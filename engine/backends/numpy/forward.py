@@ -84,6 +84,18 @@ class Forward(ForwardPass):
         self.kinds = self.cfg.kinds
         self.planes = tuple(self.cfg.plane(i) for i in range(self.cfg.n_layers))
 
+    def _rope_rows(self, v: ArenaViews, pos: int, count: int) -> tuple[np.ndarray, ...]:
+        """(count, hd/2) cos, sin of positions pos.., then the WINDOW layers' (the same rows
+        where the model has none), computed into the arena's scratch."""
+        scratch = v.p_rope_pos[:count], v.p_rope_angle[:count]
+        cos, sin = v.p_cos[:count], v.p_sin[:count]
+        self.rope.fill_rows(pos, cos, sin, *scratch)
+        if not self.cfg.window:
+            return cos, sin, cos, sin
+        cos_w, sin_w = v.p_cos_w[:count], v.p_sin_w[:count]
+        self.rope_w.fill_rows(pos, cos_w, sin_w, *scratch)
+        return cos, sin, cos_w, sin_w
+
     # -- the model ---------------------------------------------------------------------------
     def _layer(self, i: int, r: Rows, n: int, attend: Attention) -> None:
         """Transformer block i on the rows r.x, in place (pre-norm operator and gated
@@ -186,15 +198,13 @@ class Forward(ForwardPass):
         C, n = len(chunk), span.start
         toks = v.p_tokens[:C]
         toks[:] = chunk
+        cos, sin, cos_w, sin_w = (a[:, None, :] for a in self._rope_rows(v, span.pos, C))
         r = Rows(
             x=v.p_x[:C], xn=v.p_xn[:C], norm_tmp=v.p_norm[:C], qkv=v.p_qkv[:C],
             qk=v.p_qkv[:C, : cfg.q_dim + cfg.kv_dim].reshape(
                 C, cfg.n_heads + cfg.n_kv_heads, cfg.head_dim),
             qk_norm=v.p_qk_norm[:C] if cfg.arch.qk_norm else None,
-            cos=self.rope.cos[span.pos : span.pos + C, None, :],
-            sin=self.rope.sin[span.pos : span.pos + C, None, :],
-            cos_w=self.rope_w.cos[span.pos : span.pos + C, None, :],
-            sin_w=self.rope_w.sin[span.pos : span.pos + C, None, :],
+            cos=cos, sin=sin, cos_w=cos_w, sin_w=sin_w,
             rope_a=v.p_rope_a[:C], rope_b=v.p_rope_b[:C], attn=v.p_attn[:C],
             proj=v.p_proj[:C], gate_up=v.p_gate_up[:C], ffn=v.p_ffn[:C],
             bcx=v.p_bcx[:C] if CONV in self.kinds else None,
@@ -251,12 +261,12 @@ class Forward(ForwardPass):
         v = self.ring.arena.views().check()
         cfg, w = self.cfg, self.w
         H, KVH, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        cos, sin, cos_w, sin_w = (a[0] for a in self._rope_rows(v, span.pos, 1))
         r = Rows(
             x=v.x, xn=v.xn, norm_tmp=None, qkv=v.qkv,
             qk=v.qkv[: cfg.q_dim + cfg.kv_dim].reshape(H + KVH, hd),
             qk_norm=v.qk_norm if cfg.arch.qk_norm else None,
-            cos=self.rope.cos[span.pos], sin=self.rope.sin[span.pos],
-            cos_w=self.rope_w.cos[span.pos], sin_w=self.rope_w.sin[span.pos],
+            cos=cos, sin=sin, cos_w=cos_w, sin_w=sin_w,
             rope_a=v.rope_a.reshape(H + KVH, hd // 2), rope_b=v.rope_b.reshape(H + KVH, hd // 2),
             attn=v.attn, proj=v.proj, gate_up=v.gate_up, ffn=v.ffn,
             bcx=v.bcx if CONV in self.kinds else None,

@@ -120,8 +120,7 @@ class DescriptorSets:
 # What makes each scratch or weight buffer large, for a refusal's advice (the arena and the
 # probability rows grow with the ring's slots).
 STORAGE_HINTS = {
-    "weights.vec": "its RoPE tables cover the model's whole context length; this device "
-                   "cannot bind them",
+    "weights.vec": "the model's norm and bias vectors; this device cannot bind them",
     "act": "use a smaller prefill chunk",
 }
 

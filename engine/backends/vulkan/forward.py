@@ -44,8 +44,9 @@ class VulkanForward(ForwardPass):
         # Probability rows: every ring layer's heads for one decoded token, or one layer's heads
         # for every token of a prefill chunk.
         prows = max(cfg.n_full * cfg.n_heads, cfg.n_heads * self.chunk)
+        ropes = (ring.rope, ring.window_rope) if WINDOW in cfg.kinds else (ring.rope,)
         self.res = ConversationResources(pipes, weights, cfg, ring.arena, arena_buf,
-                                         self.chunk, prows, tuning)
+                                         self.chunk, prows, tuning, ropes)
         self.recorder = PassRecorder(pipes, weights, self.res, cfg, ring.policy, tuning)
         self._passes: dict[PassShape, Submission] = {}
         self._staging: dict[str, DeviceBuffer] = {}  # _stage's buffers, by purpose

@@ -59,7 +59,8 @@ class PassRecorder:
         self.common = {
             "D": cfg.d_model, "HD": cfg.head_dim, "NH": cfg.n_heads, "NKV": cfg.n_kv_heads,
             "F": cfg.ffn_dim, "S": slots, "PROWS": res.prows, "EPS": cfg.rms_eps,
-            "COS_OFF": weights.cos_off, "SIN_OFF": weights.sin_off, "NL": cfg.n_full,
+            "COS_OFF": res.rope_offsets[0][0], "SIN_OFF": res.rope_offsets[0][1],
+            "NL": cfg.n_full,
             "V": cfg.vocab_size, "SPLIT_SLOTS": tuning.split_slots,
             "MAX_SPLITS": tuning.max_splits, "PV_TILE": int(tuning.pv_tile),
             "PREFILL_SPLITS": tuning.prefill_splits, "PREFILL_RUN_TILES": tuning.prefill_run_tiles,
@@ -80,9 +81,9 @@ class PassRecorder:
             # 0 but in a WINDOW layer's attention dispatches (window_spec).
             "WINDOW": 0, **model_specs(cfg),
         }
-        # A WINDOW layer's attention: its window's rows, and its own RoPE tables.
-        self.window_spec = {"WINDOW": cfg.window, "COS_OFF": weights.window_cos_off,
-                            "SIN_OFF": weights.window_sin_off}
+        # A WINDOW layer's attention: its window's rows, and its own RoPE rows.
+        cos_w, sin_w = res.rope_offsets[-1]
+        self.window_spec = {"WINDOW": cfg.window, "COS_OFF": cos_w, "SIN_OFF": sin_w}
         self.dispatches = 0
         self._bound = (0, 0)  # the descriptor set bound: (weight chunk, K/V group)
         self.timer: DispatchTimer | None = None  # set: record() stamps every dispatch

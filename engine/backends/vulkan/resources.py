@@ -6,12 +6,14 @@ StateArena already lives; everything here is scratch that is never saved.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from ...model.architecture import CONV, DELTA, WINDOW
 from ...model.config import ModelConfig
+from ...model.rope import Rope
 from ...state.arena import StateArena
 from .buffers import (
     HOST_CACHED,
@@ -29,7 +31,9 @@ from .tuning import Tuning
 from .upload import fill_zero
 from .weights import DeviceWeights
 
-PARAM_WORDS = 8  # C, n0, pos0, N, decay_c, inv_c, wrow, wfill, then token ids (common.glsl)
+# C, n0, pos0, N, decay_c, inv_c, wrow, wfill, then the token ids and the RoPE rows
+# (common.glsl's Params).
+PARAM_WORDS = 8
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,7 @@ class ActLayout:
 class ConversationResources:
     def __init__(self, pipes: Pipelines, weights: DeviceWeights, cfg: ModelConfig,
                  arena: StateArena, arena_buf: DeviceBuffer, cmax: int, prows: int,
-                 tuning: Tuning):
+                 tuning: Tuning, ropes: Sequence[Rope]):
         ctx = pipes.ctx
         self.ctx, self.cmax, self.prows = ctx, cmax, prows
         self.window = cfg.window if WINDOW in cfg.kinds else 0  # rows of a window plane
@@ -99,9 +103,22 @@ class ConversationResources:
         counters = self.argmax_base + 1 + 2 * tuning.argmax_groups
         self.counters = device_buffer(ctx, 4 * counters, "counters")
         fill_zero(ctx, self.counters)
-        self.params = host_buffer(ctx, 4 * (PARAM_WORDS + cmax), "params")
-        self.header = self.params.array[: 4 * PARAM_WORDS].view(np.uint32)  # [8] uint32
-        self.tokens = self.params.array[4 * PARAM_WORDS :].view(np.int32)  # [cmax] int32
+        # After the token ids, each RoPE's cos then sin rows of the pass's positions
+        # [ropes, 2, cmax, head_dim/2] f32 (the ring's, then a WINDOW layer's own): computed
+        # for each pass, not tabled for the whole context.
+        half = cfg.head_dim // 2
+        words = PARAM_WORDS + cmax + 2 * len(ropes) * cmax * half
+        self.params = host_buffer(ctx, 4 * words, "params")
+        p = self.params.array
+        self.header = p[: 4 * PARAM_WORDS].view(np.uint32)  # [8] uint32
+        self.tokens = p[4 * PARAM_WORDS : 4 * (PARAM_WORDS + cmax)].view(np.int32)  # [cmax]
+        rows = p[4 * (PARAM_WORDS + cmax) : 4 * words].view(np.float32)
+        rows = rows.reshape(len(ropes), 2, cmax, half)
+        self._ropes = [(rope, rows[t, 0], rows[t, 1]) for t, rope in enumerate(ropes)]
+        # COS_OFF, SIN_OFF of each RoPE: where its rows start, as indices of prm.tokens.
+        self.rope_offsets = [(cmax + 2 * t * cmax * half, cmax + (2 * t + 1) * cmax * half)
+                             for t in range(len(ropes))]
+        self._rope_scratch = np.empty((cmax, 1)), np.empty((cmax, half))  # float64
         self._decay_words: dict[tuple[int, float], np.ndarray] = {}  # set_step's words 4-5
         self.hidden_buf = readback_buffer(ctx, 4 * cmax * cfg.d_model, "hidden")
         self.hidden = self.hidden_buf.array.view(np.float32).reshape(cmax, cfg.d_model)
@@ -176,6 +193,9 @@ class ConversationResources:
         layers' circular planes (computed here, in Python's integers: the clock is 64-bit)."""
         h = self.header
         h[0], h[1], h[2], h[3] = count, n0, pos0, n0 + count
+        positions, angle = self._rope_scratch
+        for rope, cos, sin in self._ropes:
+            rope.fill_rows(pos0, cos[:count], sin[:count], positions[:count], angle[:count])
         if self.window:
             h[6], h[7] = clock % self.window, min(clock, self.window)
         words = self._decay_words.get((count, decay))

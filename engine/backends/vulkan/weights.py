@@ -6,8 +6,9 @@ in `ws`: the GGUF's own blocks where the shaders read its type, else a lossless 
 (encodings.py: Q5_x and the K-quants). Matrices that one dispatch reads together (q|k|v,
 gate|up) are stored back to back, so they read as one taller matrix. Where the payload or the
 scales exceed one texel view (maxTexelBufferElements), the matrices are packed into several
-chunks, each its own `wq`/`ws` pair (chunks.py). Norm weights and the RoPE tables go to `vec`
-(f32). The GGUF is memory-mapped only while uploading, so its pages leave RSS afterwards.
+chunks, each its own `wq`/`ws` pair (chunks.py). Norm weights go to `vec` (f32); RoPE's
+cos/sin rows come with each pass (resources.set_step). The GGUF is memory-mapped only while
+uploading, so its pages leave RSS afterwards.
 """
 
 from __future__ import annotations
@@ -62,19 +63,13 @@ class DeviceWeights:
     embed: tuple[Matrix, ...]  # pieces of whole rows, in order: one unless it exceeds a chunk
     output: tuple[Matrix, ...]  # the same pieces as embed when tied
     output_norm: int
-    cos_off: int  # vec offset of the (context, head_dim/2) cos table
-    sin_off: int
     layers: list[LayerMatrices]
     wq: list[DeviceBuffer]  # per chunk, [texels, 4] uint32: block payloads of its matrices
     ws: list[DeviceBuffer]  # per chunk, [blocks] uint32: block scale words
-    vec: DeviceBuffer  # [floats] f32: norms, RoPE tables
+    vec: DeviceBuffer  # [floats] f32: norms, biases, conv taps
     nbytes: int
     encodings: dict[str, str]  # tensor-group -> the encoding the shaders read, for describe()
     types: dict[str, int]  # GGUF tensor type name -> tensors of it, as ggml's describe()
-    # WINDOW layers' own RoPE tables (model.rope_window: Gemma 3's local base, unscaled);
-    # the global tables' offsets where the model has no WINDOW layers.
-    window_cos_off: int = 0
-    window_sin_off: int = 0
 
 
 def upload_weights(ctx: Context, model: Model) -> DeviceWeights:
@@ -101,15 +96,6 @@ def upload_weights(ctx: Context, model: Model) -> DeviceWeights:
             **mixer))
     if output is None:  # after the layers: the pass reads it last, as the chunks are packed
         output = p.matrix("output.weight", pieces=True)
-    rope_n = model.rope.cos.size
-    cos_off, sin_off = p.table(rope_n), p.table(rope_n)
-    tables = [(model.rope.cos, cos_off), (model.rope.sin, sin_off)]
-    window_cos_off, window_sin_off = cos_off, sin_off
-    if model.rope_window is not None:  # WINDOW layers rotate by their own tables
-        window_cos_off, window_sin_off = p.table(rope_n), p.table(rope_n)
-        tables += [(model.rope_window.cos, window_cos_off),
-                   (model.rope_window.sin, window_sin_off)]
-
     wq = [device_buffer(ctx, max(16, t * 16), f"weights.wq{c}") for c, (t, _) in
           enumerate(p.chunks)]
     ws = [device_buffer(ctx, max(4, b * 4), f"weights.ws{c}") for c, (_, b) in
@@ -120,7 +106,7 @@ def upload_weights(ctx: Context, model: Model) -> DeviceWeights:
         for c in range(len(p.chunks)):  # one chunk's staging at a time bounds host memory
             _fill(ctx, [wq[c], ws[c]], _blocks_writer(
                 raw, model, [cp for cp in p.copies if cp.chunk == c]))
-        _fill(ctx, [vec], _vector_writer(raw, model, p.vectors, tables))
+        _fill(ctx, [vec], _vector_writer(raw, model, p.vectors))
         del raw  # the mapping cannot close while a view of it is alive
     encodings = {"embed": TYPE_NAMES[embed[0].qtype], "output": TYPE_NAMES[output[0].qtype],
                  "layers": TYPE_NAMES[layers[0].qkv.qtype] if layers else "-"}
@@ -129,8 +115,8 @@ def upload_weights(ctx: Context, model: Model) -> DeviceWeights:
         name = QT(t.ggml_type).name
         types[name] = types.get(name, 0) + 1
     nbytes = sum(b.size for b in (*wq, *ws, vec))
-    return DeviceWeights(embed, output, output_norm, cos_off, sin_off, layers, wq, ws, vec,
-                         nbytes, encodings, types, window_cos_off, window_sin_off)
+    return DeviceWeights(embed, output, output_norm, layers, wq, ws, vec, nbytes, encodings,
+                         types)
 
 
 def _mixer(p: Planner, cfg: ModelConfig, b: str, kind: str) -> dict:
@@ -178,10 +164,8 @@ def _blocks_writer(raw: np.ndarray, model: Model, copies: list[Copy]):
     return write
 
 
-def _vector_writer(raw: np.ndarray, model: Model, vectors: list[tuple[str, int]],
-                   tables: list[tuple[np.ndarray, int]]):
-    """Fills vec: the norm (and bias, taps) vectors `vectors` from the GGUF, then the RoPE
-    `tables`, each (f32 table, vec offset)."""
+def _vector_writer(raw: np.ndarray, model: Model, vectors: list[tuple[str, int]]):
+    """Fills vec: the norm (and bias, taps) vectors `vectors` from the GGUF."""
 
     def write(words: np.ndarray) -> None:
         v = words.view(np.float32)
@@ -190,8 +174,6 @@ def _vector_writer(raw: np.ndarray, model: Model, vectors: list[tuple[str, int]]
             dtype = np.float32 if t.ggml_type == 0 else np.float16
             values = raw[t.offset : t.offset + t.nbytes].view(dtype)
             v[off : off + values.size] = values
-        for table, off in tables:
-            v[off : off + table.size] = table.ravel()
 
     return write
 

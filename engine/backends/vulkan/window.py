@@ -5,7 +5,7 @@ A WINDOW layer's keys and values never enter the ring: they sit in the arena's c
 planes `kw_cache`/`vw_cache` (bindings 22-23), the token the ring's clock stamped c in row
 (c - 1) % window (engine/backends/numpy/window.py has the rules), and add nothing to the
 attention mass. The q|k|v product leaves the pass's rows in act (WINDOW specialized:
-matmul_common.glsl), QK-norm rotates them there with the window's RoPE tables, then:
+matmul_common.glsl), QK-norm rotates them there with the window's own RoPE rows, then:
 
 - window_attention.comp: each query over the plane's old rows (masked by their age, from
   the params' wrow and wfill) and the pass's own keys (causal, windowed);
