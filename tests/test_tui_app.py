@@ -74,6 +74,12 @@ async def until(pilot, predicate: Callable[[], object], timeout: float = 60.0,
         await pilot.pause(0.05)
 
 
+def on_screen(app, kind: type) -> bool:
+    """Whether a `kind` screen is active and composed: a pushed screen becomes app.screen
+    before its children mount, which a loaded machine makes visible to a query."""
+    return isinstance(app.screen, kind) and app.screen.is_mounted
+
+
 def of_type(events: list[dict], kind: str, **match) -> list[dict]:
     return [e for e in events if e.get("type") == kind
             and all(e.get(k) == v for k, v in match.items())]

@@ -10,7 +10,7 @@ from channel_tui.screens.long_message import (
     warning_text,
 )
 
-from .test_tui_app import SIZE, until
+from .test_tui_app import SIZE, on_screen, until
 from .test_tui_settings import fake_app, sent_requests
 
 
@@ -33,7 +33,7 @@ async def test_a_message_larger_than_the_ring_is_warned_about_first(tmp_path) ->
         assert app.chat.ring_slots == 512
         app.chat.prompt.load_text(long_text)
         await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, LongMessageScreen), what="warning")
+        await until(pilot, lambda: on_screen(app, LongMessageScreen), what="warning")
         shown = str(app.screen.query_one("#long-text").render())
         assert "about 750 tokens" in shown and "the model keeps 512" in shown
         await pilot.press("escape")  # back to edit it: nothing sent, the text kept
@@ -42,7 +42,7 @@ async def test_a_message_larger_than_the_ring_is_warned_about_first(tmp_path) ->
         assert app.chat.prompt.text == long_text
 
         await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, LongMessageScreen), what="warning")
+        await until(pilot, lambda: on_screen(app, LongMessageScreen), what="warning")
         await pilot.press("enter")  # send it anyway
         await until(pilot, lambda: len(app.chat.messages) == 5, what="the fake reply")
         assert [f["text"] for k, f in sent if k == "turn"] == [long_text.strip()]

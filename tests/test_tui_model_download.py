@@ -17,7 +17,7 @@ from channel_tui.screens.model_picker import ModelPickerScreen
 from engine.paths import MODEL_PLACES
 
 from .hub_server import COMMIT, FakeHub
-from .test_tui_app import until
+from .test_tui_app import on_screen, until
 from .test_tui_settings import FAKE_ENGINE
 from .tiny_model import write_tiny_gguf
 
@@ -34,7 +34,7 @@ async def test_the_empty_picker_says_where_it_looked_and_how_to_get_one(tmp_path
     async with app.run_test(size=(130, 40)) as pilot:
         await until(pilot, lambda: len(app.chat.messages) == 3, what="the fake boot")
         await pilot.press("f5")
-        await until(pilot, lambda: isinstance(app.screen, ModelPickerScreen)
+        await until(pilot, lambda: on_screen(app, ModelPickerScreen)
                     and "No GGUF" in status(app.screen), what="the empty list")
         said = status(app.screen)
         assert MODEL_PLACES in said and "Press D to download one here" in said
@@ -60,7 +60,7 @@ async def test_download_in_the_picker_lists_the_new_model(
     try:
         async with app.run_test(size=(130, 40)) as pilot:
             await pilot.press("f5")
-            await until(pilot, lambda: isinstance(app.screen, ModelPickerScreen)
+            await until(pilot, lambda: on_screen(app, ModelPickerScreen)
                         and app.screen.models, what="the model list")
             picker = app.screen
             box = picker.query_one("#models-download", Input)

@@ -17,7 +17,7 @@ from channel_tui.screens.new_session import NewSessionScreen
 from channel_tui.widgets.status_bar import StatusBar
 
 from .model_homes import make_fake_home
-from .test_tui_app import until
+from .test_tui_app import on_screen, until
 
 
 async def test_picker_lists_models_and_starts_a_session_on_one(
@@ -44,7 +44,7 @@ async def test_picker_lists_models_and_starts_a_session_on_one(
         await until(pilot, booted, what="the first boot")
         assert "Models" in [c.title for c in app.get_system_commands(app.screen)]
         await pilot.press("f5")
-        await until(pilot, lambda: isinstance(app.screen, ModelPickerScreen)
+        await until(pilot, lambda: on_screen(app, ModelPickerScreen)
                     and app.screen.models, what="the model list")
         picker = app.screen
         options = picker.query_one(OptionList)
@@ -60,7 +60,7 @@ async def test_picker_lists_models_and_starts_a_session_on_one(
             options.get_option_at_index(gemma).prompt)
         options.highlighted = paths.index(str(fake.paths["ollama"]))
         await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, NewSessionScreen),
+        await until(pilot, lambda: on_screen(app, NewSessionScreen),
                     what="the name dialog")
         app.screen.query_one(Input).value = "picked"
         await pilot.press("enter")
@@ -73,12 +73,12 @@ async def test_picker_lists_models_and_starts_a_session_on_one(
         assert app.chat.query_one(StatusBar).model == event["model"]
         # An existing session's name is refused: it keeps the model it was made with.
         await pilot.press("f5")
-        await until(pilot, lambda: isinstance(app.screen, ModelPickerScreen)
+        await until(pilot, lambda: on_screen(app, ModelPickerScreen)
                     and app.screen.models, what="the model list again")
         options = app.screen.query_one(OptionList)
         options.highlighted = paths.index(str(fake.paths["lmstudio"]))
         await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, NewSessionScreen),
+        await until(pilot, lambda: on_screen(app, NewSessionScreen),
                     what="the name dialog")
         app.screen.query_one(Input).value = "default"
         await pilot.press("enter")

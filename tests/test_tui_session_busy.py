@@ -25,7 +25,8 @@ REFUSAL = f"session 'default' is open in another Channel (pid {HOLDER_PID})"
 def on_screen(app: ChannelApp, kind: type, widget: str = "") -> bool:
     """Whether `kind` is the active screen (and, where named, has composed `widget`: a screen
     becomes active before its children mount, which a loaded machine makes visible)."""
-    return isinstance(app.screen, kind) and (not widget or bool(app.screen.query(widget)))
+    return isinstance(app.screen, kind) and app.screen.is_mounted and \
+        (not widget or bool(app.screen.query(widget)))
 
 
 def banner(app: ChannelApp) -> str:

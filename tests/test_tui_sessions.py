@@ -11,7 +11,7 @@ from channel_tui.screens.sessions import SessionListScreen
 from channel_tui.widgets.transcript import UserMessage
 from engine.session.manage import list_trash
 
-from .test_tui_app import SIZE, booted, make_app, record_events, say, until
+from .test_tui_app import SIZE, booted, make_app, on_screen, record_events, say, until
 
 __all__ = ["make_app"]  # the fixture, shared with test_tui_app
 
@@ -34,7 +34,7 @@ async def two_sessions(pilot, app: ChannelApp, events: list[dict]) -> None:
     await booted(pilot, events)
     await say(pilot, app, "alpha talk about teapots", events)
     await pilot.press("ctrl+n")
-    await until(pilot, lambda: isinstance(app.screen, NewSessionScreen), what="Ctrl+N")
+    await until(pilot, lambda: on_screen(app, NewSessionScreen), what="Ctrl+N")
     app.screen.query_one("#new-name").value = "beta"
     await pilot.press("enter")
     await booted(pilot, events, 2)
@@ -43,7 +43,7 @@ async def two_sessions(pilot, app: ChannelApp, events: list[dict]) -> None:
 
 async def open_list(pilot, app: ChannelApp, select: str | None = None) -> None:
     await pilot.press("ctrl+o")
-    await until(pilot, lambda: isinstance(app.screen, SessionListScreen), what="Ctrl+O")
+    await until(pilot, lambda: on_screen(app, SessionListScreen), what="Ctrl+O")
     await pilot.pause(0.1)
     if select is not None:
         app.screen.query_one("#sessions-table").move_cursor(row=names(app).index(select))
@@ -65,7 +65,7 @@ async def test_rename_in_the_list_moves_every_file_and_it_boots_warm(make_app, t
 
         app.screen.query_one("#sessions-table").move_cursor(row=names(app).index("alpha"))
         await pilot.press("f2")
-        await until(pilot, lambda: isinstance(app.screen, NewSessionScreen), what="the dialog")
+        await until(pilot, lambda: on_screen(app, NewSessionScreen), what="the dialog")
         field = app.screen.query_one("#new-name")
         assert field.value == "alpha"
         field.value = "beta"  # taken: said in the dialog, which stays
@@ -74,7 +74,7 @@ async def test_rename_in_the_list_moves_every_file_and_it_boots_warm(make_app, t
         assert "'beta' is taken" in str(app.screen.query_one("#new-error").render())
         field.value = "teapots"
         await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, SessionListScreen), what="the list")
+        await until(pilot, lambda: on_screen(app, SessionListScreen), what="the list")
         await pilot.pause(0.1)
         assert set(names(app)) == {"beta", "teapots"} and notes(app)[-1] == \
             "Renamed 'alpha' to 'teapots'."
@@ -105,13 +105,13 @@ async def test_delete_asks_goes_to_the_trash_and_u_undoes_it(make_app, tmp_path)
 
         app.screen.query_one("#sessions-table").move_cursor(row=names(app).index("alpha"))
         await pilot.press("delete")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question")
+        await until(pilot, lambda: on_screen(app, ConfirmScreen), what="the question")
         await pilot.press("n")  # kept
-        await until(pilot, lambda: isinstance(app.screen, SessionListScreen), what="the list")
+        await until(pilot, lambda: on_screen(app, SessionListScreen), what="the list")
         assert (data / "alpha.stream.jsonl").exists() and "alpha" in names(app)
 
         await pilot.press("delete")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question")
+        await until(pilot, lambda: on_screen(app, ConfirmScreen), what="the question")
         await pilot.press("y")
         await until(pilot, lambda: "alpha" not in names(app), what="the row to go")
         assert not (data / "alpha.stream.jsonl").exists()

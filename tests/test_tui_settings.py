@@ -26,7 +26,7 @@ from channel_tui.settings import (
 )
 from channel_tui.widgets.transcript import AssistantMessage
 
-from .test_tui_app import SIZE, booted, make_app, of_type, record_events, say, until
+from .test_tui_app import SIZE, booted, make_app, of_type, on_screen, record_events, say, until
 
 __all__ = ["make_app"]  # the fixture, shared with test_tui_app
 FAKE_ENGINE = Path(__file__).resolve().parent / "fake_engine.py"
@@ -115,7 +115,7 @@ async def test_the_settings_screen_checks_saves_and_the_next_turn_carries_them(t
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: len(app.chat.messages) == 3, what="the fake boot")
         await pilot.press("f6")
-        await until(pilot, lambda: isinstance(app.screen, SettingsScreen), what="F6")
+        await until(pilot, lambda: on_screen(app, SettingsScreen), what="F6")
         screen = app.screen
         await pilot.click("#set-temperature")
         await pilot.press(*"500", "enter")  # out of range: refused, said under the input
@@ -145,13 +145,13 @@ async def test_the_settings_screen_checks_saves_and_the_next_turn_carries_them(t
                            "7 tokens · first token 52 ms · prompt 250 tok/s · reply 42.0 tok/s"]
 
         await pilot.press("ctrl+o")  # the session list shows them in brief
-        await until(pilot, lambda: isinstance(app.screen, SessionListScreen), what="list")
+        await until(pilot, lambda: on_screen(app, SessionListScreen), what="list")
         await pilot.pause(0.1)
         assert [s.settings for s in app.screen.sessions] == ["t 0.7 · top-p 0.9"]
         await pilot.press("escape")
 
         await pilot.press("f6")  # Ctrl+R clears them all: the model's defaults again
-        await until(pilot, lambda: isinstance(app.screen, SettingsScreen), what="F6")
+        await until(pilot, lambda: on_screen(app, SettingsScreen), what="F6")
         assert app.screen.query_one("#set-temperature").value == "0.7"
         await pilot.press("ctrl+r", "enter")
         await until(pilot, lambda: app.screen is app.chat, what="the screen to close")
@@ -165,7 +165,7 @@ async def test_esc_leaves_the_settings_as_they_were(tmp_path) -> None:
         await until(pilot, lambda: len(app.chat.messages) == 3, what="the fake boot")
         assert app.chat.settings == {"min_p": 0.05}  # read when the session opened
         await pilot.press("f6")
-        await until(pilot, lambda: isinstance(app.screen, SettingsScreen), what="F6")
+        await until(pilot, lambda: on_screen(app, SettingsScreen), what="F6")
         await pilot.press("ctrl+r", "escape")
         await until(pilot, lambda: app.screen is app.chat, what="the screen to close")
         assert app.chat.settings == {"min_p": 0.05}

@@ -13,7 +13,7 @@ from channel_tui.system_prompt import load_new_session_prompt, save_new_session_
 from engine.session.fork import system_prompt
 from engine.session.stream import StreamLog
 
-from .test_tui_app import SIZE, booted, make_app, of_type, record_events, say, until
+from .test_tui_app import SIZE, booted, make_app, of_type, on_screen, record_events, say, until
 
 __all__ = ["make_app"]  # the fixture, shared with test_tui_app
 TEMPLATE_OWN = "You are a tiny test model."  # tests/tiny_model.py's CHATML
@@ -27,7 +27,7 @@ def first_prompt(data_dir, name: str) -> str | None:
 async def submit_system_prompt(pilot, app, value: str) -> None:
     """F6, the system prompt field set to `value`, then Enter."""
     await pilot.press("f6")
-    await until(pilot, lambda: isinstance(app.screen, SettingsScreen), what="F6")
+    await until(pilot, lambda: on_screen(app, SettingsScreen), what="F6")
     app.screen.query_one("#set-system").value = value
     await pilot.click("#set-system")
     await pilot.press("enter")
@@ -61,15 +61,15 @@ async def test_a_changed_prompt_forks_the_session_and_replays_under_it(make_app,
         await booted(pilot, events)
         await say(pilot, app, "remember teal", events)
         await pilot.press("f6")
-        await until(pilot, lambda: isinstance(app.screen, SettingsScreen), what="F6")
+        await until(pilot, lambda: on_screen(app, SettingsScreen), what="F6")
         # The session's own, as its transcript has it.
         assert app.screen.query_one("#set-system").value == TEMPLATE_OWN
         await pilot.press("escape")
         await submit_system_prompt(pilot, app, NEW)
-        await until(pilot, lambda: isinstance(app.screen, SystemPromptScreen), what="why")
+        await until(pilot, lambda: on_screen(app, SystemPromptScreen), what="why")
         assert "2 messages are read again" in str(app.screen.query_one("#system-why").render())
         await pilot.press("f")
-        await until(pilot, lambda: isinstance(app.screen, NewSessionScreen), what="its name")
+        await until(pilot, lambda: on_screen(app, NewSessionScreen), what="its name")
         assert app.screen.query_one("#new-name").value == "default-fork"
         await pilot.press("enter")
         await booted(pilot, events, count=2)
@@ -91,7 +91,7 @@ async def test_a_changed_prompt_kept_for_new_sessions_starts_the_next_one(make_a
     async with app.run_test(size=SIZE) as pilot:
         await booted(pilot, events)
         await submit_system_prompt(pilot, app, NEW)
-        await until(pilot, lambda: isinstance(app.screen, SystemPromptScreen), what="why")
+        await until(pilot, lambda: on_screen(app, SystemPromptScreen), what="why")
         await pilot.press("n")
         await until(pilot, lambda: app.screen is app.chat, what="back to the chat")
         assert json.loads((data_dir / "new-session.json").read_text()) == {
@@ -99,7 +99,7 @@ async def test_a_changed_prompt_kept_for_new_sessions_starts_the_next_one(make_a
         assert app.chat.system_prompt() == TEMPLATE_OWN  # this session keeps its own
 
         await pilot.press("ctrl+n")  # the next session shows it, and starts from it
-        await until(pilot, lambda: isinstance(app.screen, NewSessionScreen), what="Ctrl+N")
+        await until(pilot, lambda: on_screen(app, NewSessionScreen), what="Ctrl+N")
         assert app.screen.query_one("#new-system").value == NEW
         # The dialog says which model the new session will run on.
         assert "tiny-test-llama" in str(app.screen.query_one("#new-model").render())
@@ -120,7 +120,7 @@ async def test_esc_keeps_the_prompt_and_a_blank_one_is_no_change(make_app, tmp_p
         for value, expect_dialog in ((NEW, True), ("", False)):
             await submit_system_prompt(pilot, app, value)
             if expect_dialog:
-                await until(pilot, lambda: isinstance(app.screen, SystemPromptScreen),
+                await until(pilot, lambda: on_screen(app, SystemPromptScreen),
                             what="why")
                 await pilot.press("escape")
             await until(pilot, lambda: app.screen is app.chat, what="back to the chat")

@@ -23,7 +23,7 @@ from channel_tui.screens.turns import (
 from channel_tui.widgets.transcript import WITHDRAWN, UserMessage
 
 from .fake_engine import SLOW_READ
-from .test_tui_app import SIZE, booted, make_app, of_type, record_events, say, until
+from .test_tui_app import SIZE, booted, make_app, of_type, on_screen, record_events, say, until
 from .test_tui_settings import fake_app, sent_requests
 
 __all__ = ["make_app"]  # the fixture, shared with test_tui_app
@@ -61,7 +61,7 @@ async def three_turns(pilot) -> None:
 
 async def open_turns(pilot) -> OptionList:
     await pilot.press("f9")
-    await until(pilot, lambda: isinstance(pilot.app.screen, TurnsScreen), what="the list")
+    await until(pilot, lambda: on_screen(pilot.app, TurnsScreen), what="the list")
     await pilot.pause(0.1)
     return pilot.app.screen.query_one(OptionList)
 
@@ -98,7 +98,7 @@ async def test_rewind_from_the_list_after_a_dry_run_and_esc_at_each_step(tmp_pat
 
         options = await open_turns(pilot)
         await pilot.press("up", "enter")  # turn 1: the engine's dry run, then the question
-        await until(pilot, lambda: isinstance(app.screen, RewindScreen), what="the plan")
+        await until(pilot, lambda: on_screen(app, RewindScreen), what="the plan")
         assert sent[-1] == ("rewind", {"session": "default", "turn": 1, "dry_run": True})
         plan = str(app.screen.query_one("#rewind-plan").render())
         assert plan == ("Back to turn 1 of 3: restores the state kept in the snapshot and 1 "
@@ -110,7 +110,7 @@ async def test_rewind_from_the_list_after_a_dry_run_and_esc_at_each_step(tmp_pat
 
         await open_turns(pilot)
         await pilot.press("up", "enter")
-        await until(pilot, lambda: isinstance(app.screen, RewindScreen), what="the plan")
+        await until(pilot, lambda: on_screen(app, RewindScreen), what="the plan")
         await pilot.press("r")
         await until(pilot, lambda: len(app.chat.messages) == 3, what="the rewind")
         assert sent[-1] == ("rewind", {"session": "default", "turn": 1})
@@ -141,10 +141,10 @@ async def test_fork_from_an_earlier_turn_asks_a_name_and_switches(tmp_path) -> N
         before = list(app.chat.messages)
         await open_turns(pilot)
         await pilot.press("up", "up", "enter")  # turn 0, the system prompt alone
-        await until(pilot, lambda: isinstance(app.screen, RewindScreen), what="the plan")
+        await until(pilot, lambda: on_screen(app, RewindScreen), what="the plan")
         assert "re-reads the conversation" in str(app.screen.query_one("#rewind-plan").render())
         await pilot.press("f")
-        await until(pilot, lambda: isinstance(app.screen, NewSessionScreen), what="the name")
+        await until(pilot, lambda: on_screen(app, NewSessionScreen), what="the name")
         assert app.screen.title_text == "Fork from turn 0"
         await pilot.press("escape")  # Esc on the name: no fork
         await until(pilot, lambda: app.screen is app.chat, what="the name to close")
@@ -152,9 +152,9 @@ async def test_fork_from_an_earlier_turn_asks_a_name_and_switches(tmp_path) -> N
 
         await open_turns(pilot)
         await pilot.press("enter")  # turn 2
-        await until(pilot, lambda: isinstance(app.screen, RewindScreen), what="the plan")
+        await until(pilot, lambda: on_screen(app, RewindScreen), what="the plan")
         await pilot.press("f")
-        await until(pilot, lambda: isinstance(app.screen, NewSessionScreen), what="the name")
+        await until(pilot, lambda: on_screen(app, NewSessionScreen), what="the name")
         assert app.screen.query_one("#new-name").value == "default-fork"
         await pilot.press("enter")
         await until(pilot, lambda: app.chat.session == "default-fork" and
@@ -255,7 +255,7 @@ async def test_the_real_engine_rewinds_warm_through_the_turn_list(make_app) -> N
         options = await open_turns(pilot)
         assert options.option_count == 4 and options.highlighted == 2
         await pilot.press("up", "enter")  # turn 1
-        await until(pilot, lambda: isinstance(app.screen, RewindScreen), what="the plan")
+        await until(pilot, lambda: on_screen(app, RewindScreen), what="the plan")
         plan = of_type(events, "rewind_plan")[-1]
         assert plan["turn"] == 1 and plan["turns"] == 3 and plan["kind"] == "warm"
         assert str(app.screen.query_one("#rewind-plan").render()).startswith(
@@ -273,9 +273,9 @@ async def test_the_real_engine_rewinds_warm_through_the_turn_list(make_app) -> N
 
         await open_turns(pilot)  # fork from turn 1: the source stays as it is
         await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, RewindScreen), what="the plan")
+        await until(pilot, lambda: on_screen(app, RewindScreen), what="the plan")
         await pilot.press("f")
-        await until(pilot, lambda: isinstance(app.screen, NewSessionScreen), what="the name")
+        await until(pilot, lambda: on_screen(app, NewSessionScreen), what="the name")
         await pilot.press("enter")
         await until(pilot, lambda: of_type(events, "forked"), what="the fork")
         forked = of_type(events, "forked")[-1]
