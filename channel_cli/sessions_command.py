@@ -1,6 +1,7 @@
-"""`channel sessions list|rename|delete|restore|trash|search`: the sessions in the data
-directory, managed as files (engine/session/manage.py). A session open in a Channel is
-refused in one line; a deleted one waits in <data dir>/.trash until restored."""
+"""`channel sessions list|rename|delete|restore|trash|empty-trash|search`: the sessions in
+the data directory, managed as files (engine/session/manage.py). A session open in a Channel
+is refused in one line; a deleted one waits in <data dir>/.trash until restored, or until
+`empty-trash` deletes it for good."""
 
 from __future__ import annotations
 
@@ -40,12 +41,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     trash.add_argument("--json", action="store_true", help="one JSON object per entry")
     trash.set_defaults(handler=trash_command)
 
+    empty = actions.add_parser("empty-trash", help="delete the trash's sessions for good")
+    empty.add_argument("--older-than", type=float, default=0.0, metavar="DAYS",
+                       help="only those deleted at least DAYS ago (default: all)")
+    empty.set_defaults(handler=empty_trash_command)
+
     search = actions.add_parser("search", help="sessions whose name or messages hold TEXT")
     search.add_argument("text", help="what to look for (case-insensitive)")
     search.add_argument("--json", action="store_true", help="one JSON object per session")
     search.set_defaults(handler=search_command)
 
-    for action in (sessions, listing, rename, delete, restore, trash, search):
+    for action in (sessions, listing, rename, delete, restore, trash, empty, search):
         add_engine_flags(action, "data_dir", default=argparse.SUPPRESS)
 
 
@@ -114,6 +120,20 @@ def trash_command(args: argparse.Namespace) -> int:
                   f"deleted {fmt.ago(entry.deleted_at)}")
     if not entries and not args.json:
         print("the trash is empty")
+    return 0
+
+
+def empty_trash_command(args: argparse.Namespace) -> int:
+    from channel_tui import format as fmt
+    from engine.session.manage import empty_trash
+
+    if args.older_than < 0:
+        raise ValueError(f"--older-than must be 0 or more days, not {args.older_than:g}")
+    removed = empty_trash(data_dir(args), args.older_than * 86400.0)
+    for entry in removed:
+        print(f"removed {entry.entry}  {entry.name}  {fmt.size(entry.size_bytes)}")
+    if not removed:
+        print("nothing to remove")
     return 0
 
 

@@ -1,9 +1,11 @@
-"""`channel sessions list|rename|delete|restore|trash|search` on real session files, and a
-real engine holding a session to show the one-line refusal."""
+"""`channel sessions list|rename|delete|restore|trash|empty-trash|search` on real session
+files, and a real engine holding a session to show the one-line refusal."""
 
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 from channel_cli.cli import main
@@ -70,6 +72,28 @@ def test_rename_delete_restore_and_search(capsys, tmp_path) -> None:
         0, [f"restored 'garden' from {entry}"])
     assert "Plant tomatoes" in (tmp_path / "garden.stream.jsonl").read_text()
     assert run(capsys, tmp_path, "trash")[1] == ["the trash is empty"]
+
+
+def test_empty_trash_deletes_for_good_what_is_old_enough(capsys, tmp_path) -> None:
+    for name in ("old", "new"):
+        make(tmp_path, name, f"the {name} one")
+        assert run(capsys, tmp_path, "delete", name)[0] == 0
+    entries = {t["name"]: t["entry"] for t in
+               map(json.loads, run(capsys, tmp_path, "trash", "--json")[1])}
+    month_ago = time.time() - 30 * 86400
+    os.utime(tmp_path / ".trash" / entries["old"], (month_ago, month_ago))
+
+    code, out, _ = run(capsys, tmp_path, "empty-trash", "--older-than", "7")
+    assert code == 0 and len(out) == 1 and out[0].startswith(f"removed {entries['old']}  old")
+    assert not (tmp_path / ".trash" / entries["old"]).exists()
+    assert run(capsys, tmp_path, "empty-trash", "--older-than", "7")[1] == ["nothing to remove"]
+    code, _, err = run(capsys, tmp_path, "empty-trash", "--older-than", "-1")
+    assert code == 2 and err == ["channel: error: --older-than must be 0 or more days, not -1"]
+    assert (tmp_path / ".trash" / entries["new"]).exists()  # refused: nothing removed
+
+    assert run(capsys, tmp_path, "empty-trash")[1][0].startswith(f"removed {entries['new']}")
+    assert run(capsys, tmp_path, "trash")[1] == ["the trash is empty"]
+    assert run(capsys, tmp_path, "list")[0] == 0  # the data directory itself is untouched
 
 
 def test_a_session_open_in_an_engine_is_refused_in_one_line(capsys, engine, tmp_path) -> None:

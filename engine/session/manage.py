@@ -158,6 +158,24 @@ def list_trash(data_dir: Path) -> list[TrashEntry]:
     return sorted(entries, key=lambda e: (-e.deleted_at, e.entry))
 
 
+def empty_trash(data_dir: Path, older_than_s: float = 0.0) -> list[TrashEntry]:
+    """Delete for good the trash entries deleted at least `older_than_s` seconds ago; the
+    entries removed. SessionFilesError names the first that could not be (those before it
+    are gone, those after it untouched)."""
+    cutoff = time.time() - older_than_s
+    removed = []
+    for entry in list_trash(data_dir):
+        if entry.deleted_at > cutoff:
+            continue
+        try:
+            shutil.rmtree(entry.path)
+        except OSError as exc:
+            raise SessionFilesError(f"cannot empty the trash: {entry.entry}: "
+                                    f"{exc.strerror or exc}") from None
+        removed.append(entry)
+    return removed
+
+
 def search_sessions(data_dir: Path, text: str, width: int = EXCERPT_CHARS) -> list[SearchHit]:
     """Sessions whose name or any message holds `text` (case-insensitive), one hit each:
     the name if it matches, else the newest matching message, as an excerpt of about
