@@ -22,6 +22,7 @@ from gguf import GGMLQuantizationType as QT
 
 from engine.backends import problems_running
 from engine.backends.vulkan.chunks import Copy, Planner
+from engine.backends.vulkan.direct_encodings import encode_blocks
 from engine.backends.vulkan.encodings import (
     ENCODINGS,
     K4,
@@ -121,6 +122,9 @@ def test_reencoding_is_gguf_pys_dequantization_exactly(qtype, source) -> None:
             continue  # stored as their GGUF blocks, not through the form
         enc = ENCODINGS[encoding]
         payload, words = encode(form, encoding)
+        direct = encode_blocks(blocks, qtype, encoding)  # Q4_K's and Q6_K's byte paths
+        np.testing.assert_array_equal(direct[0], payload)
+        np.testing.assert_array_equal(direct[1], words)
         assert payload.shape == (len(want) // enc.group, 16 * enc.texels)
         assert words.shape == (len(want) // enc.group, enc.words)
         np.testing.assert_array_equal(shader_values(payload, words, encoding), want)

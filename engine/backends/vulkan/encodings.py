@@ -133,7 +133,7 @@ def _high_bits(qh: np.ndarray) -> np.ndarray:
     return (np.unpackbits(qh, axis=1, bitorder="little") << 4).astype(np.uint8)
 
 
-def _k_scales(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def k_scales(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Q4_K/Q5_K's 12 bytes of 6-bit (scale, min) pairs -> (n, 8) each (ggml's
     get_scale_min_k4)."""
     d, m, md = scales[:, 0:4], scales[:, 4:8], scales[:, 8:12]
@@ -186,13 +186,13 @@ def _k_low(qs: np.ndarray) -> np.ndarray:
 
 
 def _q4_k(b):
-    sc, mn = _k_scales(b[:, 4:16])
+    sc, mn = k_scales(b[:, 4:16])
     s = np.repeat(sc, 2, axis=1)  # one scale for both halves of a sub-block
     return _form(_k_low(b[:, 16:144]), _f16(b, 0), _f16(b, 2), s, -mn.astype(np.int16), 8)
 
 
 def _q5_k(b):
-    sc, mn = _k_scales(b[:, 4:16])
+    sc, mn = k_scales(b[:, 4:16])
     high = (b[:, 16:48].reshape(-1, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)) & 1
     q = _k_low(b[:, 48:176]) | (high << 4)
     return _form(q, _f16(b, 0), _f16(b, 2), np.repeat(sc, 2, axis=1), -mn.astype(np.int16), 8)

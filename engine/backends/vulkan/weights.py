@@ -26,7 +26,8 @@ from ...model.model import Model, TensorInfo
 from .buffers import DeviceBuffer, device_buffer, staging_buffer
 from .chunks import TYPE_NAMES, Copy, Matrix, Planner
 from .context import Context
-from .encodings import ENCODINGS, STORED, encode, form_of, stored_as_is
+from .direct_encodings import encode_blocks
+from .encodings import ENCODINGS, STORED, stored_as_is
 from .upload import copy_buffers
 
 RECODE_BLOCKS = 1 << 18  # 32-element blocks re-encoded at a time (a multiple of 8)
@@ -230,4 +231,4 @@ def _copy_blocks(raw: np.ndarray, t: TensorInfo, wq: np.ndarray, ws: np.ndarray,
     for at in range(0, count, step):
         part = blocks[at : at + step]
         groups = slice(at * per // enc.group, (at + len(part)) * per // enc.group)
-        payload[groups], scales[groups] = encode(form_of(part, t.ggml_type), cp.encoding)
+        payload[groups], scales[groups] = encode_blocks(part, t.ggml_type, cp.encoding)
