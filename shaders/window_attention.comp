@@ -8,15 +8,22 @@
 // age, and over the pass's own keys, causal and windowed; window_store.comp then writes the
 // new rows (decode, pc.flags 1: this dispatch writes its one token's row itself).
 //
-// Workgroup (g, t) is one subgroup (WG = subgroup size): the G query heads of K/V head g for
-// the pass's token t. Lanes split a head's dimensions (few registers, however wide the head;
-// a key's score is one subgroup sum), walking the candidate keys in order, once: the softmax
-// is kept online (flash-attention's running maximum), each key's key and value read once.
+// Workgroup (g, t) is WINDOW_SUBGROUPS subgroups (WG = that many times the subgroup size),
+// the G query heads of K/V head g for the pass's token t. Lanes split a head's dimensions
+// (few registers, however wide the head; a key's score is one subgroup sum). Subgroup k
+// walks candidates k, k + NSUB, ... KB at a time, their loads and sums independent of one
+// another, so up to NSUB * KB keys are in flight: one key after another was a chain of
+// dependent memory round trips (1.2 ms a decode step's layer on an H200, for 512 keys). Each
+// keeps its softmax online (flash-attention's running maximum); the subgroups then merge
+// their maxima, sums and outputs in shared memory.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_basic : require
 #include "common.glsl"
 
 layout(local_size_x_id = 0) in;
+
+layout(constant_id = 53) const uint WINDOW_SUBGROUPS = 1;
 
 layout(std430, binding = 22) buffer KWin { vec4 kw[]; };  // arena kw_cache, as vec4s
 layout(std430, binding = 23) buffer VWin { vec4 vw[]; };  // arena vw_cache, as vec4s
@@ -24,13 +31,20 @@ layout(std430, binding = 23) buffer VWin { vec4 vw[]; };  // arena vw_cache, as 
 const uint G = NH / NKV;
 const uint H4 = HD / 4;
 const uint KV4 = KVD / 4;
-const uint DPL = (H4 + WG - 1) / WG;  // a head's vec4s per lane: i = lane + c * WG
+const uint NSUB = WINDOW_SUBGROUPS;
+const uint SGS = WG / NSUB;  // lanes per subgroup
+const uint DPL = (H4 + SGS - 1) / SGS;  // a head's vec4s per lane: i = lane + c * SGS
+const uint KB = 4;  // candidates a subgroup takes at once
 
 // Globals, not parameters (attention_split.comp: arrays sized by specialization constants
 // came back wrong as parameters on lavapipe).
-vec4 q[G * DPL];  // [G, DPL] this lane's vec4s of the scaled queries
-vec4 o[G * DPL];  // and of the outputs
-float sc[G];      // the current key's score per query head
+vec4 q[G * DPL];       // [G, DPL] this lane's vec4s of the scaled queries
+vec4 o[G * DPL];       // and of the outputs
+float sc[KB * G];      // [KB, G] the batch's scores per query head (the same in every lane)
+vec4 kv[KB * DPL];     // [KB, DPL] the batch's keys, then values
+
+shared float wg_ms[2 * NSUB * G];  // every subgroup's maxima, then sums [2, NSUB, G]
+shared vec4 wg_o[G * H4];          // the merged outputs
 
 // Whether token t sees candidate s: the plane's row s (s < WINDOW), whose token is `age`
 // tokens older than the pass's first token's predecessor and was written if age < wfill;
@@ -53,27 +67,26 @@ vec4 key_or_value(bool key, uint s, uint g, uint i) {
     return texelFetch(ACTT, int(row / 4 + i));
 }
 
-// sc = every query head's score against candidate s (the same in every lane).
-void scores(uint lane, uint s, uint g) {
-    float part[G];
-    [[unroll]] for (uint j = 0; j < G; j++) part[j] = 0.0;
-    [[unroll]] for (uint c = 0; c < DPL; c++) {
-        uint i = lane + c * WG;
-        if (i >= H4) break;
-        vec4 k = key_or_value(true, s, g, i);
-        [[unroll]] for (uint j = 0; j < G; j++) part[j] += dot(q[j * DPL + c], k);
+// kv = the keys (or values) of candidates s0, s0 + NSUB, ... (KB of them; past n: s0's).
+void load(bool key, uint lane, uint s0, uint n, uint g) {
+    [[unroll]] for (uint b = 0; b < KB; b++) {
+        uint s = s0 + b * NSUB < n ? s0 + b * NSUB : s0;
+        [[unroll]] for (uint c = 0; c < DPL; c++) {
+            uint i = min(lane + c * SGS, H4 - 1);
+            kv[b * DPL + c] = key_or_value(key, s, g, i);
+        }
     }
-    [[unroll]] for (uint j = 0; j < G; j++) sc[j] = subgroupAdd(part[j]);
 }
 
 void main() {
-    uint lane = gl_LocalInvocationID.x, g = gl_WorkGroupID.x, t = gl_WorkGroupID.y;
+    uint lane = gl_SubgroupInvocationID, sub = gl_SubgroupID;
+    uint g = gl_WorkGroupID.x, t = gl_WorkGroupID.y;
     if (t >= prm.C) return;  // the whole workgroup leaves together
     float scale = query_scale();
     uint qbase = (pc.in_off + t * QKVD + g * G * HD) / 4;
     [[unroll]] for (uint j = 0; j < G; j++) {
         [[unroll]] for (uint c = 0; c < DPL; c++) {
-            uint i = lane + c * WG;
+            uint i = lane + c * SGS;
             q[j * DPL + c] = i < H4 ? scale * texelFetch(ACTT, int(qbase + j * H4 + i)) : vec4(0.0);
             o[j * DPL + c] = vec4(0.0);
         }
@@ -84,45 +97,89 @@ void main() {
         mx[j] = -1.0 / 0.0;
         sum[j] = 0.0;
     }
-    // One pass, the softmax online: where a key raises a head's maximum, the sum and the
-    // outputs so far are rescaled to it (the first key's factor is exp(-inf) = 0). Token t's
-    // own key is always seen, so every sum is at least 1.
-    for (uint s = 0; s < n; s++) {  // visible() is uniform: the subgroup sums stay in step
-        if (!visible(s, t)) continue;
-        scores(lane, s, g);
-        float p[G], rescale[G];
+    // Where a batch raises a head's maximum, the sum and the outputs so far are rescaled to
+    // it. visible() is uniform in a subgroup: its sums stay in step.
+    for (uint s0 = sub; s0 < n; s0 += KB * NSUB) {
+        bool vis[KB];
+        bool any = false;
+        [[unroll]] for (uint b = 0; b < KB; b++) {
+            uint s = s0 + b * NSUB;
+            vis[b] = s < n && visible(s, t);
+            any = any || vis[b];
+        }
+        if (!any) continue;
+        load(true, lane, s0, n, g);
+        [[unroll]] for (uint b = 0; b < KB; b++) {
+            float part[G];
+            [[unroll]] for (uint j = 0; j < G; j++) part[j] = 0.0;
+            [[unroll]] for (uint c = 0; c < DPL; c++) {
+                if (lane + c * SGS >= H4) break;
+                [[unroll]] for (uint j = 0; j < G; j++) part[j] += dot(q[j * DPL + c], kv[b * DPL + c]);
+            }
+            [[unroll]] for (uint j = 0; j < G; j++) sc[b * G + j] = subgroupAdd(part[j]);
+        }
+        load(false, lane, s0, n, g);
         [[unroll]] for (uint j = 0; j < G; j++) {
-            float m = max(mx[j], sc[j]);
-            rescale[j] = exp(mx[j] - m);
-            p[j] = exp(sc[j] - m);
-            sum[j] = sum[j] * rescale[j] + p[j];
+            float m = mx[j];
+            [[unroll]] for (uint b = 0; b < KB; b++) m = vis[b] ? max(m, sc[b * G + j]) : m;
+            float rescale = exp(mx[j] - m);  // 0 for the first visible batch (mx -inf)
+            sum[j] *= rescale;
+            [[unroll]] for (uint c = 0; c < DPL; c++) o[j * DPL + c] *= rescale;
+            [[unroll]] for (uint b = 0; b < KB; b++) {
+                if (!vis[b]) continue;  // a row not written yet may hold anything
+                float p = exp(sc[b * G + j] - m);
+                sum[j] += p;
+                [[unroll]] for (uint c = 0; c < DPL; c++) o[j * DPL + c] += p * kv[b * DPL + c];
+            }
             mx[j] = m;
         }
-        [[unroll]] for (uint c = 0; c < DPL; c++) {
-            uint i = lane + c * WG;
-            if (i >= H4) break;
-            vec4 v = key_or_value(false, s, g, i);
-            [[unroll]] for (uint j = 0; j < G; j++) o[j * DPL + c] = o[j * DPL + c] * rescale[j] + p[j] * v;
+    }
+    // Merge: every subgroup's outputs rescaled to the workgroup's maximum, added in turn.
+    // Token t's own key is seen by one of them, so the maximum is finite and the sum >= 1.
+    if (lane == 0) {
+        [[unroll]] for (uint j = 0; j < G; j++) {
+            wg_ms[sub * G + j] = mx[j];
+            wg_ms[(NSUB + sub) * G + j] = sum[j];
         }
     }
+    for (uint i = gl_LocalInvocationID.x; i < G * H4; i += WG) wg_o[i] = vec4(0.0);
+    barrier();
+    float m_all[G], total[G];
     [[unroll]] for (uint j = 0; j < G; j++) {
-        [[unroll]] for (uint c = 0; c < DPL; c++) {
-            uint i = lane + c * WG;
-            if (i >= H4) break;
-            vec4 r = o[j * DPL + c] / sum[j];
-            uint at = pc.out_off + t * QD + (g * G + j) * HD + 4 * i;
-            act[at] = r.x;
-            act[at + 1] = r.y;
-            act[at + 2] = r.z;
-            act[at + 3] = r.w;
+        m_all[j] = -1.0 / 0.0;
+        for (uint k = 0; k < NSUB; k++) m_all[j] = max(m_all[j], wg_ms[k * G + j]);
+        total[j] = 0.0;
+        for (uint k = 0; k < NSUB; k++) {
+            total[j] += wg_ms[(NSUB + k) * G + j] * exp(wg_ms[k * G + j] - m_all[j]);
         }
+    }
+    for (uint k = 0; k < NSUB; k++) {
+        if (sub == k) {
+            [[unroll]] for (uint j = 0; j < G; j++) {
+                float f = exp(mx[j] - m_all[j]);  // 0 where this subgroup saw no key
+                [[unroll]] for (uint c = 0; c < DPL; c++) {
+                    uint i = lane + c * SGS;
+                    if (i < H4) wg_o[j * H4 + i] += f * o[j * DPL + c];
+                }
+            }
+        }
+        barrier();
+    }
+    for (uint x = gl_LocalInvocationID.x; x < G * H4; x += WG) {
+        uint j = x / H4, i = x % H4;
+        vec4 r = wg_o[x] / total[j];
+        uint at = pc.out_off + t * QD + (g * G + j) * HD + 4 * i;
+        act[at] = r.x;
+        act[at + 1] = r.y;
+        act[at + 2] = r.z;
+        act[at + 3] = r.w;
     }
     // Decode: the token's own row into plane row wrow. It held the token WINDOW steps older,
     // which no query of this pass sees (age WINDOW - 1), and only this workgroup reads head g.
     if (pc.flags == 1u) {
         uint at = (pc.layer * WINDOW + prm.wrow) * KV4 + g * H4;
         uint row = (pc.in_off + QD + g * HD) / 4;
-        for (uint i = lane; i < H4; i += WG) {
+        for (uint i = gl_LocalInvocationID.x; i < H4; i += WG) {
             kw[at + i] = texelFetch(ACTT, int(row + i));
             vw[at + i] = texelFetch(ACTT, int(row + KVD / 4 + i));
         }

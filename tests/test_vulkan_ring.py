@@ -56,7 +56,9 @@ def ring_model(request, tmp_path_factory):
 def test_eviction_and_rebase_match_numpy(ring_model, vk_backend, staging) -> None:
     tiny_model = ring_model
     convs = [Conversation(tiny_model, POLICY, backend=b) for b in (None, vk_backend)]
-    assert (convs[1].ring.device is not None) == staging
+    # Staging forced, or an arena the CPU reads slowly of itself (a discrete GPU's BAR).
+    uncached = staging or not convs[1].forward.res.arena_cached
+    assert (convs[1].ring.device is not None) == uncached
     for conv in convs:
         conv.ingest([1, 10, 20, 30], anchors=True)
         feed(conv, 600, seed=3)  # 9x the ring, 2x the tiny model's 256-position context

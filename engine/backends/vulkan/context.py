@@ -31,6 +31,7 @@ class Limits:
     storage_offset_align: int
     max_shared_bytes: int
     max_push_bytes: int
+    max_invocations: int = 128  # maxComputeWorkGroupInvocations (Vulkan's guaranteed least)
 
 
 class Context:
@@ -73,6 +74,7 @@ class Context:
             storage_offset_align=int(lim.minStorageBufferOffsetAlignment),
             max_shared_bytes=int(lim.maxComputeSharedMemorySize),
             max_push_bytes=int(lim.maxPushConstantsSize),
+            max_invocations=int(lim.maxComputeWorkGroupInvocations),
         )
         self.subgroup_size = self._subgroup_size()
         self.memory = v.vkGetPhysicalDeviceMemoryProperties(self.physical)

@@ -31,6 +31,10 @@ if TYPE_CHECKING:
     from .weights import LayerMatrices
 
 
+# window_attention.comp's subgroups a workgroup, where the device allows so many invocations.
+DECODE_SUBGROUPS, PREFILL_SUBGROUPS = 16, 4
+
+
 def record_window_attention(rec: PassRecorder, shape: PassShape, lw: LayerMatrices,
                             plane: int) -> None:
     """After the q|k|v product (and its barrier) of a WINDOW layer whose window planes are
@@ -42,8 +46,14 @@ def record_window_attention(rec: PassRecorder, shape: PassShape, lw: LayerMatric
         rec._dispatch("qk_norm", {"WG": sw, **spec}, (cfg.n_heads + cfg.n_kv_heads, shape.bucket),
                       in_off=a.q, norm_off=lw.qk_norm)
         rec._barrier()
-    # One subgroup per (K/V head, token); decode (flags 1) also stores the token's row.
-    rec._dispatch("window_attention", {"WG": rec.pipes.ctx.subgroup_size, **spec},
+    # A workgroup per (K/V head, token), of several subgroups over its candidate keys: many
+    # for decode's few workgroups, fewer where a prefill chunk's tokens fill the device.
+    # Decode (flags 1) also stores the token's row.
+    ctx = rec.pipes.ctx
+    subgroups = min(DECODE_SUBGROUPS if shape.decode else PREFILL_SUBGROUPS,
+                    max(1, ctx.limits.max_invocations // ctx.subgroup_size))
+    rec._dispatch("window_attention", {"WG": subgroups * ctx.subgroup_size,
+                                       "WINDOW_SUBGROUPS": subgroups, **spec},
                   (cfg.n_kv_heads, shape.bucket), in_off=a.q, out_off=a.attn, layer=plane,
                   flags=int(shape.decode))
     rec._barrier()
