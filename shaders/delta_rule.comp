@@ -11,6 +11,8 @@
 // beta | alpha at act[pc.per_t + t*2*NVH]; VEC pc.norm_off holds dt [NVH], a [NVH], then the
 // norm's weights [DK].
 #extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_basic : require
 #include "common.glsl"
 
 layout(constant_id = 44) const uint DK = 16;   // head width (keys and values alike)
@@ -24,7 +26,11 @@ const uint CD = (2 * NKH + NVH) * DK;  // q | k | v width
 const uint INNER = NVH * DK;
 const float L2_EPS = 1e-6;
 
-shared float qs[DK], ks[DK], os[DK];
+shared float qs[DK], ks[DK];
+// Per subgroup: its part of q.q and k.k, then of o.o (sums by subgroup, then across the few
+// subgroups here: a sum over DK in one invocation was a chain of DK shared-memory reads).
+shared vec2 sums[DK];
+shared float osums[DK];
 
 void main() {
     uint j = gl_LocalInvocationID.x, h = gl_WorkGroupID.x, kh = h % NKH;
@@ -35,14 +41,17 @@ void main() {
     float w = vec[pc.norm_off + 2 * NVH + j], qscale = 1.0 / sqrt(float(DK));
     for (uint t = 0; t < prm.C; t++) {
         uint base = pc.in_off + t * CD;
-        qs[j] = act[base + kh * DK + j];
-        ks[j] = act[base + (NKH + kh) * DK + j];
+        float qj = act[base + kh * DK + j], kj = act[base + (NKH + kh) * DK + j];
         float v = act[base + (2 * NKH + h) * DK + j];
+        qs[j] = qj;
+        ks[j] = kj;
+        vec2 part = subgroupAdd(vec2(qj * qj, kj * kj));
+        if (subgroupElect()) sums[gl_SubgroupID] = part;
         barrier();
         float qq = 0.0, kk = 0.0;
-        for (uint i = 0; i < DK; i++) {
-            qq += qs[i] * qs[i];
-            kk += ks[i] * ks[i];
+        for (uint i = 0; i < gl_NumSubgroups; i++) {
+            qq += sums[i].x;
+            kk += sums[i].y;
         }
         float qn = 1.0 / sqrt(qq + L2_EPS), kn = 1.0 / sqrt(kk + L2_EPS);
         float x = act[pc.per_t + t * 2 * NVH + NVH + h] + dt;  // alpha + dt
@@ -60,10 +69,11 @@ void main() {
             s[i] += mem * (ks[i] * kn);
             o += s[i] * (qs[i] * qn * qscale);
         }
-        os[j] = o;
+        float opart = subgroupAdd(o * o);
+        if (subgroupElect()) osums[gl_SubgroupID] = opart;
         barrier();
         float ss = 0.0;
-        for (uint i = 0; i < DK; i++) ss += os[i] * os[i];
+        for (uint i = 0; i < gl_NumSubgroups; i++) ss += osums[i];
         float inv = 1.0 / sqrt(ss * (1.0 / float(DK)) + EPS);
         float z = act[pc.p_row0 + t * INNER + h * DK + j];
         act[pc.out_off + t * INNER + h * DK + j] = o * inv * w * (z / (1.0 + exp(-z)));
