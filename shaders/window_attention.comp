@@ -11,8 +11,8 @@
 // Workgroup (g, t) is WINDOW_SUBGROUPS subgroups (WG = that many times the subgroup size),
 // the G query heads of K/V head g for the pass's token t. Lanes split a head's dimensions
 // (few registers, however wide the head; a key's score is one subgroup sum). Subgroup k
-// walks candidates k, k + NSUB, ... KB at a time, their loads and sums independent of one
-// another, so up to NSUB * KB keys are in flight: one key after another was a chain of
+// walks candidates k, k + NSUB, ... KB at a time, their keys' and values' loads and the
+// sums independent of one another, so up to NSUB * KB keys are in flight: one key after another was a chain of
 // dependent memory round trips (1.2 ms a decode step's layer on an H200, for 512 keys). Each
 // keeps its softmax online (flash-attention's running maximum); the subgroups then merge
 // their maxima, sums and outputs in shared memory.
@@ -41,7 +41,8 @@ const uint KB = 4;  // candidates a subgroup takes at once
 vec4 q[G * DPL];       // [G, DPL] this lane's vec4s of the scaled queries
 vec4 o[G * DPL];       // and of the outputs
 float sc[KB * G];      // [KB, G] the batch's scores per query head (the same in every lane)
-vec4 kv[KB * DPL];     // [KB, DPL] the batch's keys, then values
+vec4 ks[KB * DPL];     // [KB, DPL] the batch's keys
+vec4 vs[KB * DPL];     // and values, loaded together: one memory round trip a batch
 
 shared float wg_ms[2 * NSUB * G];  // every subgroup's maxima, then sums [2, NSUB, G]
 shared vec4 wg_o[G * H4];          // the merged outputs
@@ -67,13 +68,14 @@ vec4 key_or_value(bool key, uint s, uint g, uint i) {
     return texelFetch(ACTT, int(row / 4 + i));
 }
 
-// kv = the keys (or values) of candidates s0, s0 + NSUB, ... (KB of them; past n: s0's).
-void load(bool key, uint lane, uint s0, uint n, uint g) {
+// ks, vs = the keys and values of candidates s0, s0 + NSUB, ... (KB of them; past n: s0's).
+void load(uint lane, uint s0, uint n, uint g) {
     [[unroll]] for (uint b = 0; b < KB; b++) {
         uint s = s0 + b * NSUB < n ? s0 + b * NSUB : s0;
         [[unroll]] for (uint c = 0; c < DPL; c++) {
             uint i = min(lane + c * SGS, H4 - 1);
-            kv[b * DPL + c] = key_or_value(key, s, g, i);
+            ks[b * DPL + c] = key_or_value(true, s, g, i);
+            vs[b * DPL + c] = key_or_value(false, s, g, i);
         }
     }
 }
@@ -108,17 +110,16 @@ void main() {
             any = any || vis[b];
         }
         if (!any) continue;
-        load(true, lane, s0, n, g);
+        load(lane, s0, n, g);
         [[unroll]] for (uint b = 0; b < KB; b++) {
             float part[G];
             [[unroll]] for (uint j = 0; j < G; j++) part[j] = 0.0;
             [[unroll]] for (uint c = 0; c < DPL; c++) {
                 if (lane + c * SGS >= H4) break;
-                [[unroll]] for (uint j = 0; j < G; j++) part[j] += dot(q[j * DPL + c], kv[b * DPL + c]);
+                [[unroll]] for (uint j = 0; j < G; j++) part[j] += dot(q[j * DPL + c], ks[b * DPL + c]);
             }
             [[unroll]] for (uint j = 0; j < G; j++) sc[b * G + j] = subgroupAdd(part[j]);
         }
-        load(false, lane, s0, n, g);
         [[unroll]] for (uint j = 0; j < G; j++) {
             float m = mx[j];
             [[unroll]] for (uint b = 0; b < KB; b++) m = vis[b] ? max(m, sc[b * G + j]) : m;
@@ -129,7 +130,7 @@ void main() {
                 if (!vis[b]) continue;  // a row not written yet may hold anything
                 float p = exp(sc[b * G + j] - m);
                 sum[j] += p;
-                [[unroll]] for (uint c = 0; c < DPL; c++) o[j * DPL + c] += p * kv[b * DPL + c];
+                [[unroll]] for (uint c = 0; c < DPL; c++) o[j * DPL + c] += p * vs[b * DPL + c];
             }
             mx[j] = m;
         }
