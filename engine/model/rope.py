@@ -68,10 +68,10 @@ class Rope:
         in float64 (exact integer positions times the frequencies) rounded once, so every
         backend and every pass gets the same numbers. positions (count, 1) and angle
         (count, half) are float64 scratch: a ready conversation's passes allocate nothing."""
-        count = cos.shape[0]
-        if self._steps.shape[0] < count:  # once per larger pass size, at its first use
-            self._steps = np.arange(count, dtype=np.float64)[:, None]
-        np.add(self._steps[:count], float(pos), out=positions)
+        count, steps = cos.shape[0], self._steps  # one read: conversations share this Rope
+        if steps.shape[0] < count:  # once per larger pass size, at its first use
+            steps = self._steps = np.arange(count, dtype=np.float64)[:, None]
+        np.add(steps[:count], float(pos), out=positions)
         np.multiply(positions, self.inv_freq, out=angle)
         np.cos(angle, out=cos, casting="same_kind")
         np.sin(angle, out=sin, casting="same_kind")
