@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QT
 
-from engine.backends.vulkan.tuning import CPU, GPU, split_runs
+from engine.backends.vulkan.tuning import CPU, GPU, for_heads, split_runs
 from engine.conversation import Conversation
 from engine.state.ring_policy import RingPolicy
 from engine.state.sampler import SamplingSettings
@@ -33,7 +33,7 @@ TUNINGS = {
     "split": replace(CPU, split_slots=5, max_splits=4),  # capped at 4: splits of up to 16
     "gpu-shaped": replace(GPU, split_slots=3, max_splits=16),  # up to 16 splits, mass_split 4
     # Two subgroups a run, each over parts longer than lavapipe's 8-lane subgroups, or empty.
-    "subgroups": replace(GPU, split_slots=20, max_splits=2, split_subgroups=2),
+    "subgroups": replace(GPU, split_slots=20, max_splits=2, split_subgroups=2, fit_heads=False),
     # One-tile parts of up to 2 slots a lane group: several lanes share each slot's score.
     "lanes-per-slot": replace(GPU, split_slots=3, max_splits=8, value_loads=2),
 }
@@ -170,3 +170,16 @@ def test_shipped_model_greedy_reply_through_splits(real_model, backend_with, tun
         logits = conv.forward.decode_one_token(generated[-1])
     assert split_runs(t, conv.ring.n_active)[1] >= 4
     assert generated == chat["generated_ids"][:16]
+
+
+def test_wide_heads_get_runs_of_one_tile_a_subgroup() -> None:
+    """On an H200 (32-lane subgroups) a 256-wide head's decode runs are cut from 64 slots to
+    32, four subgroups of one 8-slot tile each, and a 4096-slot ring may need 128 of them;
+    the shipped model's 64-wide heads keep the measured 64-slot runs."""
+    wide = for_heads(GPU, 256, 32, 4096)
+    assert (wide.split_slots, wide.max_splits) == (32, 128)
+    length, count = split_runs(wide, 4000)
+    assert count <= wide.max_splits and -(-length // GPU.split_subgroups) <= 8
+    assert for_heads(GPU, 64, 32, 4096) == GPU
+    assert for_heads(replace(GPU, fit_heads=False), 256, 32, 4096).split_slots == 64
+    assert for_heads(CPU, 256, 32, 4096) == CPU  # the CPU form has no tiles

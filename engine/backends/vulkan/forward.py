@@ -24,7 +24,7 @@ from .pipelines import Pipelines
 from .profiler import DispatchTimer
 from .resources import ConversationResources
 from .submit import Submission
-from .tuning import Tuning
+from .tuning import Tuning, for_heads
 from .upload import run_once
 from .weights import DeviceWeights
 
@@ -37,6 +37,7 @@ class VulkanForward(ForwardPass):
     def __init__(self, pipes: Pipelines, weights: DeviceWeights, ring: KVRing,
                  arena_buf: DeviceBuffer, tuning: Tuning):
         cfg = ring.cfg
+        tuning = for_heads(tuning, cfg.head_dim, pipes.ctx.subgroup_size, ring.policy.max_slots)
         self.ring, self.cfg, self.pipes, self.tuning = ring, cfg, pipes, tuning
         self.ctx = pipes.ctx
         self.chunk = max(1, min(ring.policy.prefill_chunk, tuning.prefill_chunk))

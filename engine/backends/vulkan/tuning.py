@@ -10,7 +10,7 @@ matrices where the device has them and `coopmat` allows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .context import Context
 from .options import current
@@ -45,6 +45,9 @@ class Tuning:
     prefill_splits: int = 1
     prefill_run_tiles: int = 1  # fewest 32-slot tiles per run (shaders/split.glsl)
     logits_rows: int = 0  # R of the logits product (0: rows); its rows are many, its K short
+    # Decode runs cut to one tile a subgroup for the model's head width (for_heads); tests
+    # that mean to run the strided form over longer parts turn it off.
+    fit_heads: bool = True
     argmax_groups: int = 1  # workgroups of the device argmax (shaders/argmax.glsl)
 
     def __post_init__(self) -> None:
@@ -105,6 +108,25 @@ GPU = Tuning(wg=128, rows=2, split=32, max_tokens=4, prefill_chunk=256, small_wg
              split_slots=64, max_splits=64, fold_loads=8, split_subgroups=4, value_loads=8,
              pv_tile=True, mass_split=16, tiled_from=16, coopmat=True, coopmat_tokens=32,
              prefill_queries=8, prefill_splits=16, prefill_run_tiles=8, logits_rows=4)
+
+
+def for_heads(t: Tuning, head_dim: int, subgroup: int, slots: int) -> Tuning:
+    """`t` with decode attention's runs cut short enough that each subgroup's part of one
+    is a single tile (attention_split.comp's TILE: VL * SG slots) for this head width.
+
+    Past one tile, the strided form holds a head's whole scaled query per lane: G * HD / 4
+    vec4 registers, which spill on wide heads (Gemma 3's and Qwen3.5's 256: 100 us a layer at
+    2000 slots on the H200, about what a whole layer of the shipped model takes). More,
+    shorter runs (at most `slots`, the ring's, divided by them) keep every part one tile."""
+    if not (t.pv_tile and t.fit_heads):
+        return t
+    h4 = head_dim // 4
+    lanes = min(subgroup, h4)  # DL: lanes across a head's vec4s
+    tile = min(t.value_loads, lanes) * (subgroup // lanes)  # VL * SG
+    run = tile * t.split_subgroups
+    if run >= t.split_slots:
+        return t
+    return replace(t, split_slots=run, max_splits=max(t.max_splits, -(-slots // run)))
 
 
 def tuning_for(ctx: Context) -> Tuning:
