@@ -14,7 +14,7 @@ for preset in $PRESETS; do
         --type Q4_K --tokenizer-from .model/tokenizer.gguf >/dev/null 2>&1 &
 done
 timeout 200 python3 -m pytest -q --tb=short -p no:cacheprovider -o addopts="" \
-    -m "not real_model" tests/test_vulkan_arch.py tests/test_vulkan_ring.py \
+    -m "not real_model" tests/test_vulkan_arch.py tests/test_vulkan_ring.py tests/test_vulkan_split.py \
     tests/test_vulkan_limits.py > "$OUT/gpu-tests.log" 2>&1 || true
 tail -4 "$OUT/gpu-tests.log"
 wait
