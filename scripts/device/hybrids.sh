@@ -13,9 +13,10 @@ for preset in $PRESETS; do
     [ -f "$synth" ] || python3 scripts/make_synthetic_gguf.py "$synth" --preset "$preset" \
         --type Q4_K --tokenizer-from .model/tokenizer.gguf >/dev/null 2>&1 &
 done
+# shellcheck disable=SC2086  # TESTS is a list of paths and options
 timeout 200 python3 -m pytest -q --tb=short -p no:cacheprovider -o addopts="" \
-    -m "not real_model" tests/test_vulkan_arch.py tests/test_vulkan_ring.py tests/test_vulkan_split.py \
-    tests/test_vulkan_limits.py > "$OUT/gpu-tests.log" 2>&1 || true
+    -m "not real_model" ${TESTS:-tests/test_vulkan_arch.py tests/test_vulkan_ring.py \
+    tests/test_vulkan_split.py tests/test_vulkan_limits.py} > "$OUT/gpu-tests.log" 2>&1 || true
 tail -4 "$OUT/gpu-tests.log"
 wait
 for preset in $PRESETS; do
