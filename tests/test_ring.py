@@ -99,7 +99,9 @@ def test_rebase_rerotated_keys_equal_keys_rotated_fresh(tiny_model) -> None:
 
     def rotated(positions):
         keys = raw.copy()
-        cos, sin = (a[:, None, :] for a in rope.at(positions))
+        # As Rope.fill_rows computes a pass's rows: float64 angles, rounded once.
+        angle = np.multiply.outer(positions.astype(np.float64), rope.inv_freq)[:, None, :]
+        cos, sin = np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
         a = np.empty((n, kvh, hd // 2), np.float32)
         b = np.empty_like(a)
         for layer in keys:

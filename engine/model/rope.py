@@ -76,12 +76,6 @@ class Rope:
         np.cos(angle, out=cos, casting="same_kind")
         np.sin(angle, out=sin, casting="same_kind")
 
-    def at(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """cos, sin (n, half) float32 of any positions (n,), as fill_rows computes them; new
-        arrays, for the rare caller outside a pass."""
-        angle = np.multiply.outer(np.asarray(positions, dtype=np.float64), self.inv_freq)
-        return np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
-
 
 def _rotate(first: np.ndarray, second: np.ndarray, cos: np.ndarray, sin: np.ndarray,
             tmp_a: np.ndarray, tmp_b: np.ndarray) -> None:

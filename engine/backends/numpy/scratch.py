@@ -59,10 +59,9 @@ def add_numpy_scratch(lay: ArenaLayout, cfg: ModelConfig, policy: RingPolicy) ->
     lay.add("p_sin", f32, (C, half))
     lay.add("p_rope_pos", np.float64, (C, 1))
     lay.add("p_rope_angle", np.float64, (C, half))
-    if W:  # WINDOW layers rotate by their own base (Gemma 3's local RoPE)
-        lay.add("p_cos_w", f32, (C, half))
-        lay.add("p_sin_w", f32, (C, half))
     if W:  # a chunk's window: the plane's rows, then the chunk's own (numpy/window.py)
+        lay.add("p_cos_w", f32, (C, half))  # and its RoPE rows: Gemma 3's local base
+        lay.add("p_sin_w", f32, (C, half))
         lay.add("p_wk", f32, (W + C, cfg.kv_dim))
         lay.add("p_wv", f32, (W + C, cfg.kv_dim))
         lay.add("p_wmask", f32, (C * (W + C),))

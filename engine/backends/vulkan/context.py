@@ -31,7 +31,7 @@ class Limits:
     storage_offset_align: int
     max_shared_bytes: int
     max_push_bytes: int
-    max_invocations: int = 128  # maxComputeWorkGroupInvocations (Vulkan's guaranteed least)
+    max_invocations: int  # maxComputeWorkGroupInvocations
 
 
 class Context:
