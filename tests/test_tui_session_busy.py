@@ -16,6 +16,7 @@ from channel_tui.screens.session_busy import SessionBusyScreen
 from channel_tui.screens.sessions import SessionListScreen
 
 from .fake_engine import HOLDER_PID
+from .test_tui_app import on_screen as screen_ready
 from .test_tui_e2e import CHANNEL, Tmux, _quote
 from .test_tui_snapshots import SIZE, fake_app, until
 
@@ -23,10 +24,8 @@ REFUSAL = f"session 'default' is open in another Channel (pid {HOLDER_PID})"
 
 
 def on_screen(app: ChannelApp, kind: type, widget: str = "") -> bool:
-    """Whether `kind` is the active screen (and, where named, has composed `widget`: a screen
-    becomes active before its children mount, which a loaded machine makes visible)."""
-    return isinstance(app.screen, kind) and app.screen.is_mounted and \
-        (not widget or bool(app.screen.query(widget)))
+    """test_tui_app.on_screen, and where named, `widget` composed in it."""
+    return screen_ready(app, kind) and (not widget or bool(app.screen.query(widget)))
 
 
 def banner(app: ChannelApp) -> str:

@@ -47,3 +47,12 @@ wait_build() {
         return 1
     }
 }
+
+# $STATE/<preset>-q4k.gguf: a synthetic Q4_K model of a named shape, written once, from the
+# shipped vocabulary (carried as .model/tokenizer.gguf); its log in $STATE/<preset>.synth.log.
+synth_model() {
+    local out=$STATE/$1-q4k.gguf
+    [ -f "$out" ] && return 0
+    python3 scripts/make_synthetic_gguf.py "$out.part" --preset "$1" --type Q4_K \
+        --tokenizer-from .model/tokenizer.gguf >"$STATE/$1.synth.log" 2>&1 && mv "$out.part" "$out"
+}

@@ -9,9 +9,7 @@
 source scripts/device/common.sh
 setup
 for preset in $PRESETS; do
-    synth=$STATE/$preset-q4k.gguf
-    [ -f "$synth" ] || python3 scripts/make_synthetic_gguf.py "$synth" --preset "$preset" \
-        --type Q4_K --tokenizer-from .model/tokenizer.gguf >/dev/null 2>&1 &
+    synth_model "$preset" &
 done
 # shellcheck disable=SC2086  # TESTS is a list of paths and options
 timeout 200 python3 -m pytest -q --tb=short -p no:cacheprovider -o addopts="" \

@@ -19,10 +19,7 @@ if [ ! -x "$STATE/llama/bin/llama-bench" ] && [ ! -f "$STATE/building" ]; then
         rm -f $STATE/building" >"$STATE/build.out" 2>&1 </dev/null &
 fi
 for preset in $presets; do  # written while the tests run; the build shares the cores
-    synth=$STATE/$preset-q4k.gguf
-    [ -f "$synth" ] || (python3 scripts/make_synthetic_gguf.py "$synth.part" --preset "$preset" \
-        --type Q4_K --tokenizer-from .model/tokenizer.gguf >"$STATE/$preset.synth.log" 2>&1 \
-        && mv "$synth.part" "$synth") &
+    synth_model "$preset" &
 done
 if [ ! -f "$STATE/done/tests" ]; then
     timeout 300 python3 -m pytest -q --tb=short -p no:cacheprovider -o addopts="" -m "not real_model" \
