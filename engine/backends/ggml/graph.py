@@ -22,7 +22,7 @@ import numpy as np
 from ...model.architecture import CONV, DELTA, FULL, INTERLEAVED, WINDOW
 from ...model.config import ModelConfig
 from .arena_tensors import ArenaTensors
-from .attend import Attend
+from .attend import Attend, key_group
 from .delta_block import DeltaBlocks
 from .hybrid_blocks import HybridBlocks
 from .lib import free_with, ggml
@@ -98,6 +98,10 @@ class _Builder(Attend, HybridBlocks, DeltaBlocks):
         KVH = cfg.n_kv_heads
         self.ones = self.input("ones", g.GGML_TYPE_F32, 1, cfg.group_size * n_q, KVH,
                                constant=True)
+        heads = key_group(cfg.head_dim, KVH)
+        if n_q == 1 and heads > 1:  # attend.py's grouped decode product
+            self.input("query_blocks", g.GGML_TYPE_F32, cfg.head_dim, heads,
+                       heads * cfg.group_size, KVH // heads, constant=True)
         x = g.ggml_get_rows(self.ctx, w.token_embd, tokens)  # (n_q, d)
         if cfg.arch.embed_scale:  # sqrt(d_model) rounded to f32 first, as HF and numpy do
             x = g.ggml_scale(self.ctx, x, float(np.float32(cfg.d_model ** 0.5)))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...model.config import ModelConfig
+from .attend import query_blocks
 from .lib import array_at, data_address
 
 
@@ -40,12 +41,16 @@ class StepInputs:
     def of(cls, inputs: dict, cfg: ModelConfig, n_q: int, n_kv: int,
            ring_slots: int) -> StepInputs:
         """Views of the named input tensors of an allocated graph (graph.py's builder names
-        them), and its constants written: ones for summing rows, 0..rows-1 for gathers."""
+        them), and its constants written: ones for summing rows, 0..rows-1 for gathers, the
+        zero padding of a grouped decode product's queries (attend.py)."""
         G, none = cfg.group_size, np.empty((0, 0), np.int64)
         windowed, by_dimension = "wslots" in inputs, "value_slots" in inputs
         kept = min(n_q, cfg.window) if windowed and by_dimension else 0
         dims = np.arange(cfg.kv_dim if by_dimension else 0, dtype=np.int64)
         tensor_array(inputs["ones"], np.float32)[:] = 1.0
+        if "query_blocks" in inputs:
+            tensor_array(inputs["query_blocks"], np.float32)[:] = query_blocks(
+                cfg.head_dim, G, cfg.n_kv_heads).ravel()
         if "arange" in inputs:
             arange = tensor_array(inputs["arange"], np.int32)
             arange[:] = np.arange(arange.shape[0], dtype=np.int32)
