@@ -4,6 +4,7 @@
 # here from the shipped vocabulary) benched on Vulkan against llama.cpp CUDA.
 # carry: .gl .whl .model/tokenizer.gguf .llama      ($OUT: gpu-tests.log, <preset>.json/.log)
 #   PRESETS="qwen2.5-0.5b lfm2-350m qwen3.5-0.8b gemma3-270m" bash scripts/device/kquant.sh
+#   (TESTS overrides the test list)
 # Resumable: one call rarely fits everything in the 10-minute limit, so each step leaves its
 # result in $STATE and is skipped by the next call (made back to back, within the 30 s the
 # machine stays warm). A call starts no new bench after BUDGET seconds (default 380).
@@ -22,11 +23,12 @@ for preset in $presets; do  # written while the tests run; the build shares the 
     synth_model "$preset" &
 done
 if [ ! -f "$STATE/done/tests" ]; then
+    # shellcheck disable=SC2086  # TESTS (optional) is a list of paths and options
     timeout 300 python3 -m pytest -q --tb=short -p no:cacheprovider -o addopts="" -m "not real_model" \
-        tests/test_vulkan_kquant.py tests/test_vulkan_parity.py tests/test_vulkan_arch.py \
+        ${TESTS:-tests/test_vulkan_kquant.py tests/test_vulkan_parity.py tests/test_vulkan_arch.py \
         tests/test_vulkan_limits.py tests/test_vulkan_prefill.py tests/test_vulkan_ring.py \
         tests/test_vulkan_snapshot.py tests/test_vulkan_split.py tests/test_hybrid_warm_boot.py \
-        tests/test_arch_reference.py \
+        tests/test_arch_reference.py} \
         > "$STATE/done/tests" 2>&1 || true
 fi
 cp "$STATE/done/tests" "$OUT/gpu-tests.log"; tail -25 "$OUT/gpu-tests.log"
