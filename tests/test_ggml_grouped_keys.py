@@ -17,25 +17,26 @@ from engine.backends.ggml import attend, graph  # noqa: E402
 from engine.backends.ggml.attend import key_group, query_blocks  # noqa: E402
 
 
-@pytest.mark.parametrize(("head_dim", "kv_heads", "heads"), [
-    (64, 3, 3),  # SmolLM2-135M: the three heads together
-    (64, 8, 2),  # LFM2: pairs
-    (64, 2, 2),  # Qwen2.5-0.5B
-    (32, 8, 4),  # four 32-wide heads reach 128
-    (64, 1, 1),  # one K/V head: nothing to group
-    (64, 5, 1),  # no divisor of 5 up to MAX_GROUP reaches 128
-    (16, 2, 1),  # two 16-wide heads fall short of 128: not worth the padding
-    (128, 8, 1),  # 128-wide heads gained nothing measured
-    (256, 2, 1),
+@pytest.mark.parametrize(("head_dim", "kv_heads", "group_size", "heads"), [
+    (64, 3, 3, 3),  # SmolLM2-135M: the three heads together
+    (64, 8, 2, 2),  # LFM2: pairs
+    (64, 2, 7, 2),  # Qwen2.5-0.5B
+    (32, 8, 2, 4),  # four 32-wide heads reach 128
+    (64, 1, 4, 1),  # one K/V head: nothing to group
+    (64, 5, 2, 1),  # no divisor of 5 up to MAX_GROUP reaches 128
+    (16, 2, 2, 1),  # two 16-wide heads fall short of 128: not worth the padding
+    (128, 8, 4, 1),  # 128-wide heads gained nothing measured
+    (256, 2, 4, 1),
+    (64, 32, 1, 1),  # no GQA (the 1.7B shape): pairs measured slower
 ])
 def test_key_group_takes_heads_until_the_slices_reach_the_row_width(
-        head_dim, kv_heads, heads) -> None:
-    assert key_group(head_dim, kv_heads) == heads
+        head_dim, kv_heads, group_size, heads) -> None:
+    assert key_group(head_dim, kv_heads, group_size) == heads
 
 
 def test_query_blocks_give_each_query_its_own_heads_dot() -> None:
     hd, G, KVH = 64, 2, 8
-    heads = key_group(hd, KVH)
+    heads = key_group(hd, KVH, G)
     rng = np.random.default_rng(0)
     q = rng.standard_normal((KVH * G, hd)).astype(np.float32)  # query head j reads K/V j // G
     keys = rng.standard_normal((10, KVH * hd)).astype(np.float32)  # (slots, kv_dim)
@@ -60,11 +61,11 @@ def test_grouped_decode_matches_numpy_and_the_per_head_product_exactly(
         tmp_path_factory, ggml_backend, monkeypatch, n_heads, kv_heads, d_model) -> None:
     model = tiny(tmp_path_factory, QT.F32, n_heads=n_heads, n_kv_heads=kv_heads,
                  d_model=d_model)
-    assert key_group(model.config.head_dim, kv_heads) > 1  # the path under test
+    assert key_group(model.config.head_dim, kv_heads, model.config.group_size) > 1
     want, _ = run_steps(model, None, TOKENS)
     grouped, _ = run_steps(model, ggml_backend, TOKENS)
     close(grouped, want, REL_F16)
     for module in (attend, graph):  # one product per K/V head, as before grouping
-        monkeypatch.setattr(module, "key_group", lambda head_dim, n_kv_heads: 1)
+        monkeypatch.setattr(module, "key_group", lambda *shape: 1)
     per_head, _ = run_steps(model, ggml_backend, TOKENS)
     np.testing.assert_array_equal(grouped, per_head)

@@ -11,15 +11,18 @@ import numpy as np
 # at a fifth of the memory's speed. Taking B heads per call, each query padded with zeros to
 # the B heads' width, reads B times longer slices for B times the multiplies; measured cold
 # at 4096 slots on two Zen 4 cores: 3 K/V heads of 64 taken together, 310 -> 223 us a layer;
-# 8 heads of 64 in pairs, 795 -> 450 us; 2 heads of 64, 386 -> 324 us; 128-wide heads or
-# wider gained nothing. The padding adds exact zeros, so the scores are bit-identical.
+# 8 heads of 64 in pairs, 795 -> 450 us; 2 heads of 64, 386 -> 324 us. 128-wide heads or
+# wider gained nothing, nor did heads that one query each reads (no GQA: 32 heads of 64 at
+# G = 1 ran at 1228 us a layer per head, 1335 in pairs). The padding adds exact zeros, so
+# the scores are bit-identical.
 GROUPED_ROW = 128  # elements of a slot row that one call's slices should reach
 MAX_GROUP = 4  # at most this many heads per call (B - 1 of each B multiplies are by zero)
 
 
-def key_group(head_dim: int, n_kv_heads: int) -> int:
-    """How many K/V heads one decode Q.K call takes together (1: one call per head)."""
-    if head_dim >= GROUPED_ROW:
+def key_group(head_dim: int, n_kv_heads: int, group_size: int) -> int:
+    """How many K/V heads one decode Q.K call takes together (1: one call per head), for
+    heads `head_dim` wide that `group_size` query heads each read."""
+    if head_dim >= GROUPED_ROW or group_size < 2:
         return 1
     for heads in range(2, min(n_kv_heads, MAX_GROUP) + 1):
         if n_kv_heads % heads == 0 and heads * head_dim >= GROUPED_ROW:
@@ -30,7 +33,7 @@ def key_group(head_dim: int, n_kv_heads: int) -> int:
 def query_blocks(head_dim: int, group_size: int, n_kv_heads: int) -> np.ndarray:
     """The 0/1 pattern that places each query of a K/V head group in its own head's block:
     (groups, heads * G, heads, head_dim), 1 where query row j of a group meets head j // G."""
-    heads = key_group(head_dim, n_kv_heads)
+    heads = key_group(head_dim, n_kv_heads, group_size)
     rows = heads * group_size
     blocks = np.zeros((n_kv_heads // heads, rows, heads, head_dim), np.float32)
     blocks[:, np.arange(rows), np.arange(rows) // group_size, :] = 1.0
@@ -47,7 +50,7 @@ class Attend:
         the output (n_q, q_dim) and the probabilities."""
         g, ctx, cfg = self.g, self.ctx, self.cfg
         hd, KVH, G = cfg.head_dim, cfg.n_kv_heads, cfg.group_size
-        heads = key_group(hd, KVH)
+        heads = key_group(hd, KVH, G)
         if n_q == 1 and heads > 1:
             scores = self.grouped_scores(q, k_cache, n_kv, heads)
         else:
