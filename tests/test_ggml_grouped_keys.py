@@ -40,7 +40,7 @@ def test_query_blocks_give_each_query_its_own_heads_dot() -> None:
     rng = np.random.default_rng(0)
     q = rng.standard_normal((KVH * G, hd)).astype(np.float32)  # query head j reads K/V j // G
     keys = rng.standard_normal((10, KVH * hd)).astype(np.float32)  # (slots, kv_dim)
-    blocks = query_blocks(hd, G, KVH)  # (groups, heads*G, heads, hd)
+    blocks = query_blocks(hd, KVH, G)  # (groups, heads*G, heads, hd)
     padded = blocks * q.reshape(KVH // heads, heads * G, 1, hd)
     padded = padded.reshape(KVH // heads, heads * G, heads * hd)
     rows = keys.reshape(10, KVH // heads, heads * hd)

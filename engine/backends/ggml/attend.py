@@ -30,7 +30,7 @@ def key_group(head_dim: int, n_kv_heads: int, group_size: int) -> int:
     return 1
 
 
-def query_blocks(head_dim: int, group_size: int, n_kv_heads: int) -> np.ndarray:
+def query_blocks(head_dim: int, n_kv_heads: int, group_size: int) -> np.ndarray:
     """The 0/1 pattern that places each query of a K/V head group in its own head's block:
     (groups, heads * G, heads, head_dim), 1 where query row j of a group meets head j // G."""
     heads = key_group(head_dim, n_kv_heads, group_size)

@@ -50,7 +50,7 @@ class StepInputs:
         tensor_array(inputs["ones"], np.float32)[:] = 1.0
         if "query_blocks" in inputs:
             tensor_array(inputs["query_blocks"], np.float32)[:] = query_blocks(
-                cfg.head_dim, G, cfg.n_kv_heads).ravel()
+                cfg.head_dim, cfg.n_kv_heads, G).ravel()
         if "arange" in inputs:
             arange = tensor_array(inputs["arange"], np.int32)
             arange[:] = np.arange(arange.shape[0], dtype=np.int32)
