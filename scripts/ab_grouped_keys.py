@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from engine.backends.ggml import attend, graph  # noqa: E402
+from engine.backends.ggml import graph  # noqa: E402
 from engine.backends.ggml.backend import GgmlBackend  # noqa: E402
 from engine.conversation import Conversation  # noqa: E402
 from engine.model.model import load_model  # noqa: E402
@@ -37,14 +37,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     args = parser.parse_args()
 
-    grouped_rule = attend.key_group
+    grouped_rule = graph.key_group
     per_head = {"on": False}
 
     def key_group(head_dim: int, n_kv_heads: int, group_size: int) -> int:
         return 1 if per_head["on"] else grouped_rule(head_dim, n_kv_heads, group_size)
 
-    # Both modules read it: graph.py to declare the padding input, attend.py to build.
-    attend.key_group = graph.key_group = key_group
+    graph.key_group = key_group  # the builder decides once per graph (attend.py reads it)
     model = load_model(args.model, args.cache_dir)
     cfg = model.config
     print(f"{model.name}: {cfg.n_kv_heads} K/V heads of {cfg.head_dim}, G = {cfg.group_size}; "

@@ -13,7 +13,7 @@ from .test_ggml_parity import REL_F16, close
 
 pytest.importorskip("ggml", reason="ggml-python is not installed (needs a C compiler)")
 
-from engine.backends.ggml import attend, graph  # noqa: E402
+from engine.backends.ggml import graph  # noqa: E402
 from engine.backends.ggml.attend import key_group, query_blocks  # noqa: E402
 
 
@@ -40,7 +40,7 @@ def test_query_blocks_give_each_query_its_own_heads_dot() -> None:
     rng = np.random.default_rng(0)
     q = rng.standard_normal((KVH * G, hd)).astype(np.float32)  # query head j reads K/V j // G
     keys = rng.standard_normal((10, KVH * hd)).astype(np.float32)  # (slots, kv_dim)
-    blocks = query_blocks(hd, KVH, G)  # (groups, heads*G, heads, hd)
+    blocks = query_blocks(hd, KVH, G, heads)  # (groups, heads*G, heads, hd)
     padded = blocks * q.reshape(KVH // heads, heads * G, 1, hd)
     padded = padded.reshape(KVH // heads, heads * G, heads * hd)
     rows = keys.reshape(10, KVH // heads, heads * hd)
@@ -65,7 +65,7 @@ def test_grouped_decode_matches_numpy_and_the_per_head_product_exactly(
     want, _ = run_steps(model, None, TOKENS)
     grouped, _ = run_steps(model, ggml_backend, TOKENS)
     close(grouped, want, REL_F16)
-    for module in (attend, graph):  # one product per K/V head, as before grouping
-        monkeypatch.setattr(module, "key_group", lambda *shape: 1)
+    # one product per K/V head, as before grouping
+    monkeypatch.setattr(graph, "key_group", lambda *shape: 1)
     per_head, _ = run_steps(model, ggml_backend, TOKENS)
     np.testing.assert_array_equal(grouped, per_head)

@@ -30,10 +30,10 @@ def key_group(head_dim: int, n_kv_heads: int, group_size: int) -> int:
     return 1
 
 
-def query_blocks(head_dim: int, n_kv_heads: int, group_size: int) -> np.ndarray:
-    """The 0/1 pattern that places each query of a K/V head group in its own head's block:
-    (groups, heads * G, heads, head_dim), 1 where query row j of a group meets head j // G."""
-    heads = key_group(head_dim, n_kv_heads, group_size)
+def query_blocks(head_dim: int, n_kv_heads: int, group_size: int, heads: int) -> np.ndarray:
+    """The 0/1 pattern that places each query of a group of `heads` K/V heads in its own
+    head's block: (groups, heads * G, heads, head_dim), 1 where query row j of a group meets
+    head j // G."""
     rows = heads * group_size
     blocks = np.zeros((n_kv_heads // heads, rows, heads, head_dim), np.float32)
     blocks[:, np.arange(rows), np.arange(rows) // group_size, :] = 1.0
@@ -41,7 +41,8 @@ def query_blocks(head_dim: int, n_kv_heads: int, group_size: int) -> np.ndarray:
 
 
 class Attend:
-    """A mixin of graph.py's _Builder: it supplies g, ctx, cfg and inputs."""
+    """A mixin of graph.py's _Builder: it supplies g, ctx, cfg, inputs and key_heads (the
+    K/V heads a decode graph's Q.K products take together: key_group, decided at build)."""
 
     def attend(self, q, k_cache, v_cache, mask, n_q: int, n_kv: int, *,
                values_by_dimension: bool = False):
@@ -50,9 +51,8 @@ class Attend:
         the output (n_q, q_dim) and the probabilities."""
         g, ctx, cfg = self.g, self.ctx, self.cfg
         hd, KVH, G = cfg.head_dim, cfg.n_kv_heads, cfg.group_size
-        heads = key_group(hd, KVH, G)
-        if n_q == 1 and heads > 1:
-            scores = self.grouped_scores(q, k_cache, n_kv, heads)
+        if n_q == 1 and self.key_heads > 1:
+            scores = self.grouped_scores(q, k_cache, n_kv, self.key_heads)
         else:
             scores = self.scores(q, k_cache, n_q, n_kv)  # (KVH, n_q*G, n_kv)
         probs = g.ggml_soft_max_ext(ctx, scores, mask, cfg.q_scale, 0.0)

@@ -98,8 +98,9 @@ class _Builder(Attend, HybridBlocks, DeltaBlocks):
         KVH = cfg.n_kv_heads
         self.ones = self.input("ones", g.GGML_TYPE_F32, 1, cfg.group_size * n_q, KVH,
                                constant=True)
-        heads = key_group(cfg.head_dim, KVH, cfg.group_size)
-        if n_q == 1 and heads > 1:  # attend.py's grouped decode product
+        self.key_heads = key_group(cfg.head_dim, KVH, cfg.group_size) if n_q == 1 else 1
+        if self.key_heads > 1:  # attend.py's grouped decode product
+            heads = self.key_heads
             self.input("query_blocks", g.GGML_TYPE_F32, cfg.head_dim, heads,
                        heads * cfg.group_size, KVH // heads, constant=True)
         x = g.ggml_get_rows(self.ctx, w.token_embd, tokens)  # (n_q, d)

@@ -49,8 +49,9 @@ class StepInputs:
         dims = np.arange(cfg.kv_dim if by_dimension else 0, dtype=np.int64)
         tensor_array(inputs["ones"], np.float32)[:] = 1.0
         if "query_blocks" in inputs:
-            tensor_array(inputs["query_blocks"], np.float32)[:] = query_blocks(
-                cfg.head_dim, cfg.n_kv_heads, G).ravel()
+            blocks = inputs["query_blocks"]  # (groups, heads * G, heads, head_dim)
+            tensor_array(blocks, np.float32)[:] = query_blocks(
+                cfg.head_dim, cfg.n_kv_heads, G, heads=blocks.contents.ne[1]).ravel()
         if "arange" in inputs:
             arange = tensor_array(inputs["arange"], np.int32)
             arange[:] = np.arange(arange.shape[0], dtype=np.int32)
