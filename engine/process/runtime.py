@@ -13,6 +13,7 @@ from ..model.architecture import CONV, DELTA, WINDOW
 from ..session.alternatives import RESTORES
 from ..session.replay import WITHDRAWS, is_marker, reply_target, retracted_ids, ring_order
 from ..session.session import BootReport, Session
+from ..session.stream import StreamEvent
 from ..snapshot.snapshotter import SaveResult
 from ..state.ring_policy import DEFAULT_EVICT
 from ..state.turn_memory import turn_memory
@@ -24,6 +25,9 @@ HEAT_LEVELS = 10  # salience is drawn in ten steps: '0'..'9'
 class SessionRuntime:
     session: Session
     stream_offset: int = 0  # bytes of the stream already seen; the watcher resumes here
+    # Events read past stream_offset but not yet handled: a poll that failed part-way
+    # (its answer raised) leaves the rest here for the next poll, not lost until a rebuild.
+    unhandled: list[StreamEvent] = field(default_factory=list)
     cancel: threading.Event = field(default_factory=threading.Event)
     turn_active: bool = False
     snapshot_state: str = "unchanged"

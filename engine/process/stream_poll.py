@@ -30,27 +30,41 @@ class StreamPolling:
         runtime.stream_offset = read.end_offset
         for warning in read.warnings:
             self.emit({"type": "warning", "session": name, "message": warning})
-        for i, event in enumerate(read.events):
-            if not self._announce(runtime, event):
-                continue
-            if event.role == "user" and not self.stopping.is_set():
-                self._answer(runtime, None, session.begin_external(event))
-            elif is_withdrawal(event) or session.behind_anchor(event):
-                # Another program took a message back out, or wrote a line before our own
-                # latest: rebuild from the snapshot and the whole stream, in ring order
-                # (that takes in the rest of this batch too), then answer what waits.
-                for later in read.events[i + 1 :]:
-                    self._announce(runtime, later)
-                session.rebuild()
-                runtime.stream_offset = session.stream_offset
-                self._emit_ring(runtime, None)
+        events, runtime.unhandled = runtime.unhandled + read.events, []
+        for i, event in enumerate(events):
+            try:
+                rebuilt = self._take_in(runtime, event, events[i + 1 :])
+            except BaseException:
+                runtime.unhandled = events[i + 1 :]  # the next poll (or turn) goes on here
+                raise
+            if rebuilt:  # the rebuild took in the rest of the batch
                 pending = session.begin_pending()
                 if pending is not None and not self.stopping.is_set():
                     self._answer(runtime, None, pending)
                 return
-            else:
-                session.ingest_event(event)
-                self._emit_ring(runtime, None)
+
+    def _take_in(self: EngineServer, runtime: SessionRuntime, event: StreamEvent,
+                 later: list[StreamEvent]) -> bool:
+        """Take in one appended event; True where that meant rebuilding the session from
+        its snapshot and the whole stream (which takes in `later` too)."""
+        session = runtime.session
+        if not self._announce(runtime, event):
+            return False
+        if event.role == "user" and not self.stopping.is_set():
+            self._answer(runtime, None, session.begin_external(event))
+        elif is_withdrawal(event) or session.behind_anchor(event):
+            # Another program took a message back out, or wrote a line before our own
+            # latest: rebuild in ring order, then (the caller) answer what waits.
+            for each in later:
+                self._announce(runtime, each)
+            session.rebuild()
+            runtime.stream_offset = session.stream_offset
+            self._emit_ring(runtime, None)
+            return True
+        else:
+            session.ingest_event(event)
+            self._emit_ring(runtime, None)
+        return False
 
     def _announce(self: EngineServer, runtime: SessionRuntime, event: StreamEvent) -> bool:
         """Tell front ends of a line another program appended; False for one of our own."""
