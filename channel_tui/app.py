@@ -269,6 +269,10 @@ def flush_text(event: dict) -> str:
 def describe_exit(returncode: int | None) -> str:
     if returncode is None:
         return "no exit status"
+    if returncode == -signal.SIGBUS:
+        # What a read of a mapped page past a file's end raises: the model or a snapshot
+        # the engine had mapped was cut short or replaced on disk while it ran.
+        return "killed by SIGBUS: a file it had mapped (the model?) shrank on disk"
     if returncode < 0:
         try:
             return f"killed by {signal.Signals(-returncode).name}"

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from channel_tui import format as fmt
+from channel_tui.app import describe_exit
 from channel_tui.engine import merge_tokens
 from channel_tui.export import ChatMessage, export_transcript
 from channel_tui.options import AppOptions, data_dir_problem, valid_session_name
@@ -176,3 +178,12 @@ def test_a_hybrid_model_says_what_each_kind_of_layer_keeps() -> None:
     assert fmt.phase_line(qwen35) == ("ring 4,096 slots on 6 global layers, 18 delta-rule "
                                       "states (8.0 MB K/V, 19 MB in the other layers)")
     assert "global" not in fmt.phase_line({"ring_slots": 4096})
+
+
+def test_engine_exits_are_described_in_words() -> None:
+    # The engine checks its mapped files before each turn (a clear error); one cut short
+    # in the middle of a forward pass can only kill it with SIGBUS, which the app explains.
+    assert "shrank on disk" in describe_exit(-signal.SIGBUS)
+    assert describe_exit(-signal.SIGKILL) == "killed by SIGKILL"
+    assert describe_exit(-99) == "killed by signal 99"
+    assert describe_exit(3) == "exit status 3" and describe_exit(None) == "no exit status"
