@@ -1,6 +1,10 @@
 """Where a ggml decode step's time goes, node by node, at a given ring occupancy.
 
     .venv/bin/python scripts/profile_ggml_decode.py [--model PATH] [--context 2048] [--steps 32]
+    .venv/bin/python scripts/profile_ggml_decode.py --context 1024 --prefill 1024
+
+With --prefill N it profiles reading N more tokens after the context instead (prefill chunks;
+the rows are then per read of N tokens, not per decode step).
 
 ggml's CPU backend calls its abort callback on the first thread after each node, before the
 barrier that ends it; the time between two calls is that thread's share of the node plus the
@@ -81,6 +85,8 @@ def main() -> None:
     parser.add_argument("--cache-dir", type=Path, default=REPO / ".cache" / "profile")
     parser.add_argument("--context", type=int, default=2048)
     parser.add_argument("--steps", type=int, default=32)
+    parser.add_argument("--prefill", type=int, default=0,
+                        help="profile reading this many tokens after the context, not decode")
     parser.add_argument("--json", action="store_true", help="one JSON line, not a table")
     args = parser.parse_args()
 
@@ -105,19 +111,25 @@ def main() -> None:
 
     backend.run = profiled_run
     start = time.perf_counter()
-    for _ in range(args.steps):
-        conv.forward.decode_one_token(next(steps))
+    if args.prefill:  # one read of that many tokens stands for a "step"
+        args.steps = 1
+        conv.ingest(synthetic_tokens(vocab, args.prefill, seed=3))
+    else:
+        for _ in range(args.steps):
+            conv.forward.decode_one_token(next(steps))
     step_ms = (time.perf_counter() - start) / args.steps * 1e3
     rows = sorted(((sum(v) / args.steps * 1e3, len(v) // args.steps, k)
                    for k, v in times.items()), reverse=True)
     total = sum(ms for ms, _, _ in rows)
     if args.json:
-        print(json.dumps({"model": model.name, "context": args.context, "step_ms": step_ms,
+        print(json.dumps({"model": model.name, "context": args.context,
+                          "prefill": args.prefill, "step_ms": step_ms,
                           "nodes_ms": total, "threads": backend.tuner.describe(),
                           "nodes": [{"label": k, "ms": round(ms, 4), "per_step": n}
                                     for ms, n, k in rows]}))
         return
-    print(f"{model.name}: {args.context} slots, {step_ms:.2f} ms a step "
+    what = f"a read of {args.prefill} tokens" if args.prefill else "a step"
+    print(f"{model.name}: {args.context} slots, {step_ms:.2f} ms {what} "
           f"({total:.2f} ms in nodes), {backend.tuner.describe()}")
     for ms, n, label in rows[:25]:
         print(f"{ms:8.3f} ms {100 * ms / total:5.1f}%  x{n:<3d} {label}")

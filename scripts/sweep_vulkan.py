@@ -86,12 +86,13 @@ def sweep_prefill(args, model, backend, policy) -> None:
     from engine.tools.bench import synthetic_tokens
 
     base, vocab = backend.tuning, model.config.vocab_size
-    combos = list(itertools.product(args.prefill_splits, args.prefill_queries, args.coopmat))
+    combos = list(itertools.product(args.prefill_splits, args.prefill_queries, args.coopmat,
+                                    args.coopmat_tokens or [base.coopmat_tokens]))
     for n in args.prompts:
         ids = synthetic_tokens(vocab, n, 0)
-        for splits, queries, coopmat in combos:
+        for splits, queries, coopmat, tile_tokens in combos:
             backend.tuning = replace(base, prefill_splits=splits, prefill_queries=queries,
-                                     coopmat=bool(coopmat))
+                                     coopmat=bool(coopmat), coopmat_tokens=tile_tokens)
             conv = Conversation(model, policy, backend=backend)
             mark = conv.ring.mark()
             conv.ingest(ids)  # records the passes and specializes the pipelines
@@ -103,7 +104,7 @@ def sweep_prefill(args, model, backend, policy) -> None:
                 times.append(time.perf_counter() - t0)
             print(json.dumps({
                 "prompt": n, "prefill_splits": splits, "prefill_queries": queries,
-                "coopmat": bool(coopmat) and backend.ctx.coopmat,
+                "coopmat": bool(coopmat) and backend.ctx.coopmat, "coopmat_tokens": tile_tokens,
                 "prefill_tok_s": round(n / statistics.median(times), 1),
                 "chunk": conv.forward.chunk, "device": backend.ctx.info.name}), flush=True)
     backend.tuning = base
@@ -135,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--prefill-splits", type=ints, default=[1, 4, 16])
     f.add_argument("--prefill-queries", type=ints, default=[16, 8, 4])
     f.add_argument("--coopmat", type=ints, default=[1, 0])
+    f.add_argument("--coopmat-tokens", type=ints, help="tokens per cooperative-matrix tile "
+                   "(32 or 64; default: the device's)")
     args = p.parse_args(argv)
 
     model = load_model(args.model or default_model_path(), args.cache_dir)
