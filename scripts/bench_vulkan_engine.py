@@ -5,7 +5,8 @@ Figures, each a median of `repeat` runs:
 - prefill tok/s at each prompt length: the ingest alone, into an emptied ring, as llama-bench
   clears its cache between runs. A conversation's first ingest also records its prefill
   command buffers, reported apart as `prefill_first_ms`, and its setup as
-  `conversation_setup_ms`;
+  `conversation_setup_ms`; on Vulkan, untimed ingests (PREFILL_WARMUP_S) follow it, so the
+  GPU's clocks are up again, as llama-bench's warm-up run and earlier tests leave them;
 - decode tok/s of the bare step at each context length, the context ingested first and every
   run started from it again (the ring rolled back, as llama-bench rebuilds its `-d` depth for
   each repetition: a run that went on from the last would time longer contexts than its
@@ -28,6 +29,11 @@ from pathlib import Path
 
 SNAPSHOT_CONTEXT = 2000  # issue 14's target: save/restore of ~2000 slots (93 MB)
 WARMUP_TOKENS = 4  # decode steps before timing: pipelines, clocks, caches
+# A GPU idle through a prompt length's first ingest (it records the passes: seconds of
+# pipeline builds) clocks down, and three 256-token ingests (~20 ms) end before it clocks up
+# again: on an H100 (2026-12-07) the bench then read 10.4k tok/s for a prompt the profiler,
+# run after decode steps, read at 42k. Untimed ingests for this long come first on Vulkan.
+PREFILL_WARMUP_S = 0.5
 
 
 def rss_mb() -> dict:
@@ -102,6 +108,10 @@ def bench(backend_name: str, model_path: Path, cache_dir: Path, scratch: Path,
         t0 = time.perf_counter()
         conv.ingest(ids)  # the first ingest records the conversation's prefill passes
         out["prefill_first_ms"][str(n)] = round((time.perf_counter() - t0) * 1e3, 2)
+        warm_until = time.perf_counter() + (PREFILL_WARMUP_S if backend_name == "vulkan" else 0)
+        while time.perf_counter() < warm_until:
+            conv.ring.rollback(empty)
+            conv.ingest(ids)
         runs = []
         for _ in range(repeat):  # then the ring is emptied, as llama-bench clears its cache
             conv.ring.rollback(empty)
