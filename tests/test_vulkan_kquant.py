@@ -136,9 +136,9 @@ def test_mixed_fused_matrices_take_a_wide_encoding() -> None:
     assert encoding_of([QT.Q4_K, QT.Q4_K, QT.Q6_K]) == K6X  # a Q4_K_M q|k|v
     assert encoding_of([QT.Q4_0, QT.Q8_0]) == 8
     assert encoding_of([QT.Q4_1, QT.Q8_0]) == Q8M
-    # Refused: no exact common encoding (floats; a per-256 d beside a per-32 one).
-    assert encoding_of([QT.F16, QT.Q4_K]) is None
-    assert encoding_of([QT.Q4_K, QT.Q4_0]) is None
+    # No common quantized form (floats; a per-256 d beside a per-32 one): dequantized, F32.
+    assert encoding_of([QT.F16, QT.Q4_K]) == 0
+    assert encoding_of([QT.Q4_K, QT.Q4_0]) == 0
     with pytest.raises(ValueError, match="K4"):
         encode(form_of(random_blocks(QT.Q5_K, 2, np.random.default_rng(0)), QT.Q5_K), K4)
     with pytest.raises(ValueError, match="K6"):  # Q4_K's offsets
@@ -155,13 +155,18 @@ ALONE = (QT.Q6_K, QT.Q5_1,
          QT.Q3_K, QT.Q4_K, QT.Q5_0, QT.Q5_1, QT.Q5_1, QT.Q5_1, QT.Q5_0)
 # name -> (matrix types, other TinySpec fields): qwen2's split-half RoPE has the upload
 # interleave the rows of K-quant q and k (weights.py).
-MODELS = {"q4_k_m": (Q4_K_M, {}), "alone": (ALONE, {}),
+# Fused matrices of no common quantized form, stored dequantized: layer 0's q|k|v (Q4_K, Q4_0,
+# F16) and gate|up (Q4_K gate, Q8_0 up).
+MIXED = (QT.Q8_0, QT.Q6_K,
+         QT.Q4_0, QT.Q4_K, QT.Q8_0, QT.Q4_K, QT.Q4_0, QT.F16, QT.Q4_K) + (QT.Q4_K,) * 7
+MODELS = {"q4_k_m": (Q4_K_M, {}), "alone": (ALONE, {}), "mixed": (MIXED, {}),
           "qwen2-q4_k_m": (Q4_K_M, {"architecture": "qwen2"})}
 # The encodings each model's matrices take: (embed, output, layer 0's q|k|v, wo, gate|up, down)
 # and layer 1's.
 EXPECTED = {
     "q4_k_m": (K4, K6, [(K6X, K4, K4, K6), (K6X, K4, K4, K6)]),
     "alone": (K6, Q8M, [(K6, 8, K5, Q8M), (Q8M, K6X, 8, K4)]),
+    "mixed": (8, K6, [(0, 2, 0, K4), (K4, K4, K4, K4)]),
     "qwen2-q4_k_m": (K4, K6, [(K6X, K4, K4, K6), (K6X, K4, K4, K6)]),
 }
 

@@ -93,11 +93,9 @@ class Planner:
     def _infos(self, names: tuple[str, ...]) -> tuple[int, int, list[TensorInfo]]:
         infos = [self.info(n) for n in names]
         qtype, cols = encoding_of([i.ggml_type for i in infos]), infos[0].shape[0]
-        if qtype is None or any(i.shape[0] != cols for i in infos):
+        if any(i.shape[0] != cols for i in infos):
             raise UnsupportedTensorTypeForVulkanError(
-                f"tensors {', '.join(names)} mix widths, or types of no common encoding (a "
-                f"float with a quantized type, a K-quant with a 32-weight type); the Vulkan "
-                f"backend fuses them")
+                f"tensors {', '.join(names)} differ in width; the Vulkan backend fuses them")
         if cols % (32 * ENCODINGS[qtype].group):  # K-quant files have whole super-blocks
             raise UnsupportedTensorTypeForVulkanError(
                 f"tensor {names[0]} rows of {cols} are not whole "

@@ -84,10 +84,13 @@ STORED: dict[int, tuple[tuple[int, int], int]] = {
     QT.Q4_1: ((4, 20), 4), QT.Q8_0: ((2, 34), 2)}
 
 
-def encoding_of(types: list[int]) -> int | None:
+def encoding_of(types: list[int]) -> int:
     """The encoding of a matrix whose stacked parts are of these GGUF types: their own where
     they agree; where not, K6X for K-quants, Q8_0 or Q8M for 32-weight types (Q8M where one
-    has an offset); None for floats or a K-quant with a 32-weight type (no common d)."""
+    has an offset). Floats beside a quantized type, or a K-quant beside a 32-weight type,
+    have no common quantized form (no common d): such a matrix is stored dequantized, as F32
+    (exact: gguf-py's values; weights.py). Real files mix so only in small matrices, such as
+    Qwen3.5's ssm_beta | ssm_alpha."""
     kinds = set(types)
     codes = {SOURCES[t] for t in kinds}
     if len(codes) == 1:
@@ -95,7 +98,7 @@ def encoding_of(types: list[int]) -> int | None:
     if kinds <= K_QUANTS:
         return K6X
     if kinds & (K_QUANTS | {QT.F32, QT.F16}):
-        return None
+        return SOURCES[QT.F32]
     return Q8M if kinds & {QT.Q4_1, QT.Q5_1} else 8
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import mmap
 from dataclasses import dataclass
 
+import gguf.quants
 import numpy as np
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as QT
@@ -27,7 +28,7 @@ from .buffers import DeviceBuffer, device_buffer, staging_buffer
 from .chunks import TYPE_NAMES, Copy, Matrix, Planner
 from .context import Context
 from .direct_encodings import encode_blocks
-from .encodings import ENCODINGS, STORED, stored_as_is
+from .encodings import ENCODINGS, SOURCES, STORED, stored_as_is
 from .upload import copy_buffers
 
 RECODE_BLOCKS = 1 << 18  # 32-element blocks re-encoded at a time (a multiple of 8)
@@ -217,6 +218,11 @@ def _copy_blocks(raw: np.ndarray, t: TensorInfo, wq: np.ndarray, ws: np.ndarray,
     payload = wq[cp.texel * 4 : (cp.texel + enc.payload_texels(cp.count)) * 4].view(np.uint8)
     payload = payload.reshape(-1, enc.texels * 16)
     scales = ws[cp.block : cp.block + enc.scale_words(cp.count)].reshape(-1, enc.words)
+    if cp.encoding == SOURCES[QT.F32] and t.ggml_type != QT.F32:  # a mix (encoding_of)
+        values = gguf.quants.dequantize(blocks.reshape(-1), QT(t.ggml_type))
+        payload[:] = values.astype(np.float32).view(np.uint8).reshape(payload.shape)
+        scales[:] = 0
+        return
     if stored_as_is(t.ggml_type, cp.encoding):  # a group is a block
         (lo, hi), scale_bytes = STORED[t.ggml_type]
         payload[:] = blocks[:, lo:hi]
