@@ -16,14 +16,22 @@
 // dependent memory round trips (1.2 ms a decode step's layer on an H200, for 512 keys). Each
 // keeps its softmax online (flash-attention's running maximum); the subgroups then merge
 // their maxima, sums and outputs in shared memory.
+//
+// Decode has one workgroup per K/V head, so a model with one K/V head (Gemma 3 270M) ran its
+// window on one SM of 132 (54 us a layer on the H100). With WINDOW_SPLITS > 1 (decode only)
+// workgroup (g, p) takes the p-th run of the token's candidates and leaves its maximum, sum
+// and unnormalised outputs in split.glsl's regions; the last run of head g to finish (an
+// atomic counter) folds them, as attention_split.comp does the ring's runs.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_basic : require
 #include "common.glsl"
+#include "split.glsl"
 
 layout(local_size_x_id = 0) in;
 
 layout(constant_id = 53) const uint WINDOW_SUBGROUPS = 1;
+layout(constant_id = 54) const uint WINDOW_SPLITS = 1;  // decode's runs of candidates a head
 
 layout(std430, binding = 22) buffer KWin { vec4 kw[]; };  // arena kw_cache, as vec4s
 layout(std430, binding = 23) buffer VWin { vec4 vw[]; };  // arena vw_cache, as vec4s
@@ -43,9 +51,16 @@ vec4 o[G * DPL];       // and of the outputs
 float sc[KB * G];      // [KB, G] the batch's scores per query head (the same in every lane)
 vec4 ks[KB * DPL];     // [KB, DPL] the batch's keys
 vec4 vs[KB * DPL];     // and values, loaded together: one memory round trip a batch
+float total[G];        // [G] each query head's sum of exp(score - max), the max m_all's
 
 shared float wg_ms[2 * NSUB * G];  // every subgroup's maxima, then sums [2, NSUB, G]
 shared vec4 wg_o[G * H4];          // the merged outputs
+shared bool wg_last;               // this run is the last of its head to finish
+
+// exp(m - to), 0 where m is -inf (a subgroup or a run that saw no key: to may be -inf too).
+float weight_of(float m, float to) {
+    return m == -1.0 / 0.0 ? 0.0 : exp(m - to);
+}
 
 // Whether token t sees candidate s: the plane's row s (s < WINDOW), whose token is `age`
 // tokens older than the pass's first token's predecessor and was written if age < wfill;
@@ -80,9 +95,24 @@ void load(uint lane, uint s0, uint n, uint g) {
     }
 }
 
+// The merged outputs in wg_o, divided by their heads' sums, into act's attn rows of token t.
+void store_output(uint t, uint g) {
+    for (uint x = gl_LocalInvocationID.x; x < G * H4; x += WG) {
+        uint j = x / H4, i = x % H4;
+        vec4 r = wg_o[x] / total[j];
+        uint at = pc.out_off + t * QD + (g * G + j) * HD + 4 * i;
+        act[at] = r.x;
+        act[at + 1] = r.y;
+        act[at + 2] = r.z;
+        act[at + 3] = r.w;
+    }
+}
+
 void main() {
     uint lane = gl_SubgroupInvocationID, sub = gl_SubgroupID;
-    uint g = gl_WorkGroupID.x, t = gl_WorkGroupID.y;
+    const bool RUNS = WINDOW_SPLITS > 1;  // decode's one token, its candidates in runs
+    uint g = gl_WorkGroupID.x, t = RUNS ? 0 : gl_WorkGroupID.y;
+    uint run = RUNS ? gl_WorkGroupID.y : 0;
     if (t >= prm.C) return;  // the whole workgroup leaves together
     float scale = query_scale();
     uint qbase = (pc.in_off + t * QKVD + g * G * HD) / 4;
@@ -94,6 +124,8 @@ void main() {
         }
     }
     uint n = WINDOW + t + 1;  // candidates: the plane's rows, then the pass's tokens up to t
+    uint span = (n + WINDOW_SPLITS - 1) / WINDOW_SPLITS;
+    uint lo = min(n, run * span), hi = min(n, lo + span);  // this workgroup's run: [lo, hi)
     float mx[G], sum[G];
     [[unroll]] for (uint j = 0; j < G; j++) {
         mx[j] = -1.0 / 0.0;
@@ -101,16 +133,16 @@ void main() {
     }
     // Where a batch raises a head's maximum, the sum and the outputs so far are rescaled to
     // it. visible() is uniform in a subgroup: its sums stay in step.
-    for (uint s0 = sub; s0 < n; s0 += KB * NSUB) {
+    for (uint s0 = lo + sub; s0 < hi; s0 += KB * NSUB) {
         bool vis[KB];
         bool any = false;
         [[unroll]] for (uint b = 0; b < KB; b++) {
             uint s = s0 + b * NSUB;
-            vis[b] = s < n && visible(s, t);
+            vis[b] = s < hi && visible(s, t);
             any = any || vis[b];
         }
         if (!any) continue;
-        load(lane, s0, n, g);
+        load(lane, s0, hi, g);
         [[unroll]] for (uint b = 0; b < KB; b++) {
             float part[G];
             [[unroll]] for (uint j = 0; j < G; j++) part[j] = 0.0;
@@ -136,7 +168,8 @@ void main() {
         }
     }
     // Merge: every subgroup's outputs rescaled to the workgroup's maximum, added in turn.
-    // Token t's own key is seen by one of them, so the maximum is finite and the sum >= 1.
+    // Token t's own key is seen by one of them, so the maximum over the runs is finite and
+    // the sum >= 1; a run (or a subgroup) may see none, and weighs 0.
     if (lane == 0) {
         [[unroll]] for (uint j = 0; j < G; j++) {
             wg_ms[sub * G + j] = mx[j];
@@ -145,19 +178,19 @@ void main() {
     }
     for (uint i = gl_LocalInvocationID.x; i < G * H4; i += WG) wg_o[i] = vec4(0.0);
     barrier();
-    float m_all[G], total[G];
+    float m_all[G];
     [[unroll]] for (uint j = 0; j < G; j++) {
         m_all[j] = -1.0 / 0.0;
         for (uint k = 0; k < NSUB; k++) m_all[j] = max(m_all[j], wg_ms[k * G + j]);
         total[j] = 0.0;
         for (uint k = 0; k < NSUB; k++) {
-            total[j] += wg_ms[(NSUB + k) * G + j] * exp(wg_ms[k * G + j] - m_all[j]);
+            total[j] += wg_ms[(NSUB + k) * G + j] * weight_of(wg_ms[k * G + j], m_all[j]);
         }
     }
     for (uint k = 0; k < NSUB; k++) {
         if (sub == k) {
             [[unroll]] for (uint j = 0; j < G; j++) {
-                float f = exp(mx[j] - m_all[j]);  // 0 where this subgroup saw no key
+                float f = weight_of(mx[j], m_all[j]);  // 0 where this subgroup saw no key
                 [[unroll]] for (uint c = 0; c < DPL; c++) {
                     uint i = lane + c * SGS;
                     if (i < H4) wg_o[j * H4 + i] += f * o[j * DPL + c];
@@ -166,18 +199,10 @@ void main() {
         }
         barrier();
     }
-    for (uint x = gl_LocalInvocationID.x; x < G * H4; x += WG) {
-        uint j = x / H4, i = x % H4;
-        vec4 r = wg_o[x] / total[j];
-        uint at = pc.out_off + t * QD + (g * G + j) * HD + 4 * i;
-        act[at] = r.x;
-        act[at + 1] = r.y;
-        act[at + 2] = r.z;
-        act[at + 3] = r.w;
-    }
     // Decode: the token's own row into plane row wrow. It held the token WINDOW steps older,
-    // which no query of this pass sees (age WINDOW - 1), and only this workgroup reads head g.
-    if (pc.flags == 1u) {
+    // which no query of this pass sees (age WINDOW - 1): another run may load it, but never
+    // weighs it. The first run stores it.
+    if (pc.flags == 1u && run == 0) {
         uint at = (pc.layer * WINDOW + prm.wrow) * KV4 + g * H4;
         uint row = (pc.in_off + QD + g * HD) / 4;
         for (uint i = gl_LocalInvocationID.x; i < H4; i += WG) {
@@ -185,4 +210,56 @@ void main() {
             vw[at + i] = texelFetch(ACTT, int(row + KVD / 4 + i));
         }
     }
+    if (!RUNS) {
+        store_output(t, g);
+        return;
+    }
+    // This run's partials, then the count; the last run folds them all.
+    for (uint x = gl_LocalInvocationID.x; x < G * H4; x += WG) {
+        uint j = x / H4, i = x % H4;
+        vec4 r = wg_o[x];
+        uint at = SP_OUT + ((g * G + j) * MAX_SPLITS + run) * HD + 4 * i;
+        splits[at] = r.x;
+        splits[at + 1] = r.y;
+        splits[at + 2] = r.z;
+        splits[at + 3] = r.w;
+    }
+    if (gl_LocalInvocationID.x == 0) {
+        [[unroll]] for (uint j = 0; j < G; j++) {
+            splits[SP_MAX + (g * G + j) * MAX_SPLITS + run] = m_all[j];
+            splits[SP_SUM + (g * G + j) * MAX_SPLITS + run] = total[j];
+        }
+    }
+    memoryBarrierBuffer();  // release: the partials before the count
+    barrier();
+    if (gl_LocalInvocationID.x == 0) {
+        wg_last = atomicAdd(counters[g], 1u) + 1 == WINDOW_SPLITS;
+    }
+    barrier();
+    if (!wg_last) return;
+    memoryBarrierBuffer();  // acquire: the other runs' partials after the count
+    if (gl_LocalInvocationID.x == 0) atomicExchange(counters[g], 0u);  // for the next layer
+    float m_runs[G];
+    [[unroll]] for (uint j = 0; j < G; j++) {
+        uint head = (g * G + j) * MAX_SPLITS;
+        m_runs[j] = -1.0 / 0.0;
+        for (uint k = 0; k < WINDOW_SPLITS; k++) m_runs[j] = max(m_runs[j], splits[SP_MAX + head + k]);
+        total[j] = 0.0;
+        for (uint k = 0; k < WINDOW_SPLITS; k++) {
+            total[j] += splits[SP_SUM + head + k] * weight_of(splits[SP_MAX + head + k], m_runs[j]);
+        }
+    }
+    barrier();  // every invocation has read wg_o's partial before it is overwritten
+    for (uint x = gl_LocalInvocationID.x; x < G * H4; x += WG) {
+        uint j = x / H4, i = x % H4;
+        vec4 r = vec4(0.0);
+        for (uint k = 0; k < WINDOW_SPLITS; k++) {
+            uint head = (g * G + j) * MAX_SPLITS + k, at = SP_OUT + head * HD + 4 * i;
+            float f = weight_of(splits[SP_MAX + head], m_runs[j]);
+            r += f * vec4(splits[at], splits[at + 1], splits[at + 2], splits[at + 3]);
+        }
+        wg_o[x] = r;
+    }
+    barrier();
+    store_output(t, g);
 }

@@ -124,6 +124,42 @@ def test_gemma3_prefill_chunks_of_any_size(tmp_path_factory, vk_backend, chunk) 
         np.testing.assert_allclose(getattr(b, name), getattr(a, name), atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("split_slots", [2, 4])
+def test_gemma3_decode_window_in_runs(tmp_path_factory, backend_with, monkeypatch,
+                                      split_slots) -> None:
+    """Decode cuts a window layer's candidates (the 8 rows and the token's own key) into runs,
+    a workgroup each, folded by the last to finish (window_runs): 5 or 3 runs here, some of
+    which see no visible key while the window is young. Every step holds to numpy, through
+    the window's wrapping around."""
+    from engine.backends.vulkan.passes import PassRecorder
+    from engine.backends.vulkan.window import window_runs
+
+    seen = []  # every pass's dispatches, the decode pass's (recorded with the forward) too
+    record = PassRecorder._dispatch
+
+    def dispatch(rec, shader, spec, groups, **kw):
+        seen.append((shader, groups))
+        record(rec, shader, spec, groups, **kw)
+
+    monkeypatch.setattr(PassRecorder, "_dispatch", dispatch)
+    tuning = replace(GPU, split_slots=split_slots)
+    assert window_runs(tuning, 8) == -(-9 // split_slots) and window_runs(GPU, 512) == 9
+    model = tiny(tmp_path_factory, QT.F32, seed=4, **MODELS["gemma3"])
+    policy = RingPolicy(max_slots=64, recent_window=8, evict_batch=4)
+    ref = Conversation(model, policy)
+    vk = Conversation(model, policy, backend=backend_with(tuning))
+    ids = [int(t) for t in np.random.default_rng(4).integers(3, 250, 14)]
+    np.testing.assert_allclose(vk.ingest(ids[:2]), ref.ingest(ids[:2]), atol=ATOL, rtol=0)
+    for t in ids[2:]:  # the window fills, then slides
+        np.testing.assert_allclose(vk.forward.decode_one_token(t),
+                                   ref.forward.decode_one_token(t), atol=ATOL, rtol=0)
+    runs = {groups for shader, groups in seen if shader == "window_attention"}
+    assert (model.config.n_kv_heads, window_runs(tuning, 8)) in runs
+    a, b = ref.arena.views(), vk.arena.views()
+    for name in ("kw_cache", "vw_cache"):
+        np.testing.assert_allclose(getattr(b, name), getattr(a, name), atol=ATOL, rtol=0)
+
+
 def test_gemma3_query_scale_of_its_own(tmp_path_factory, vk_backend, monkeypatch) -> None:
     """Gemma 3 27B scales its queries by 1/sqrt(d_model / n_heads), not 1/sqrt(head_dim):
     a scale the shaders take as Q_SCALE, in the window and the global layers alike."""

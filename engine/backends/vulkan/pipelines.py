@@ -32,7 +32,7 @@ SPEC_IDS = {
     "ROT_HALF": 47, "GATED_Q": 52,  # the architecture's (common.glsl)
     # Gemma 3's (common.glsl): window rows, GeGLU, the embedding and query scales.
     "WINDOW": 38, "GEGLU": 39, "EMBED_SCALE": 40, "Q_SCALE": 41,
-    "WINDOW_SUBGROUPS": 53,  # window_attention.comp
+    "WINDOW_SUBGROUPS": 53, "WINDOW_SPLITS": 54,  # window_attention.comp
 }
 FLOAT_SPECS = frozenset({"EPS", "SCORE_SCALE", "EMBED_SCALE", "Q_SCALE"})
 PUSH_WORDS = 10  # uint fields of common.glsl's Push block

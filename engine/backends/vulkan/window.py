@@ -28,11 +28,19 @@ from ...align import ceil_div
 
 if TYPE_CHECKING:
     from .passes import PassRecorder, PassShape
+    from .tuning import Tuning
     from .weights import LayerMatrices
 
 
 # window_attention.comp's subgroups a workgroup, where the device allows so many invocations.
 DECODE_SUBGROUPS, PREFILL_SUBGROUPS = 16, 4
+
+
+def window_runs(t: Tuning, window: int) -> int:
+    """Workgroups a K/V head's decode window attention is cut among: the window's rows and
+    the token's own key in runs of about the decode attention's split_slots (split.glsl's
+    regions hold max_splits of them), folded by the last to finish."""
+    return max(1, min(t.max_splits, ceil_div(window + 1, t.split_slots)))
 
 
 def record_window_attention(rec: PassRecorder, shape: PassShape, lw: LayerMatrices,
@@ -52,10 +60,12 @@ def record_window_attention(rec: PassRecorder, shape: PassShape, lw: LayerMatric
     ctx = rec.pipes.ctx
     subgroups = min(DECODE_SUBGROUPS if shape.decode else PREFILL_SUBGROUPS,
                     max(1, ctx.limits.max_invocations // ctx.subgroup_size))
+    runs = window_runs(rec.t, cfg.window) if shape.decode else 1
     rec._dispatch("window_attention", {"WG": subgroups * ctx.subgroup_size,
-                                       "WINDOW_SUBGROUPS": subgroups, **spec},
-                  (cfg.n_kv_heads, shape.bucket), in_off=a.q, out_off=a.attn, layer=plane,
-                  flags=int(shape.decode))
+                                       "WINDOW_SUBGROUPS": subgroups, "WINDOW_SPLITS": runs,
+                                       **spec},
+                  (cfg.n_kv_heads, runs if shape.decode else shape.bucket), in_off=a.q,
+                  out_off=a.attn, layer=plane, flags=int(shape.decode))
     rec._barrier()
     if not shape.decode:
         rec._dispatch("window_store", {"WG": sw, **spec},
