@@ -54,9 +54,9 @@ def record_window_attention(rec: PassRecorder, shape: PassShape, lw: LayerMatric
         rec._dispatch("qk_norm", {"WG": sw, **spec}, (cfg.n_heads + cfg.n_kv_heads, shape.bucket),
                       in_off=a.q, norm_off=lw.qk_norm)
         rec._barrier()
-    # A workgroup per (K/V head, token), of several subgroups over its candidate keys: many
-    # for decode's few workgroups, fewer where a prefill chunk's tokens fill the device.
-    # Decode (flags 1) also stores the token's row.
+    # A workgroup per (K/V head, token), of several subgroups over its candidate keys, where a
+    # prefill chunk's tokens fill the device; decode's one token has a workgroup per (K/V
+    # head, run of candidates), of many subgroups, and (flags 1) also stores its row.
     ctx = rec.pipes.ctx
     subgroups = min(DECODE_SUBGROUPS if shape.decode else PREFILL_SUBGROUPS,
                     max(1, ctx.limits.max_invocations // ctx.subgroup_size))
