@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from channel_tui.messages import SessionEvent
 from channel_tui.screens.chat_answers import Answer
-from channel_tui.widgets.transcript import AssistantMessage
+from channel_tui.widgets.message_widgets import AssistantMessage
 
 from .test_tui_snapshots import SIZE, booted, fake_app, until
 

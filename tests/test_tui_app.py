@@ -15,9 +15,9 @@ from channel_tui.app import ChannelApp
 from channel_tui.options import AppOptions
 from channel_tui.screens.chat import ChatScreen
 from channel_tui.widgets.boot_banner import BootBanner
+from channel_tui.widgets.message_widgets import AssistantMessage, Note, UserMessage
 from channel_tui.widgets.prompt import Prompt
 from channel_tui.widgets.status_bar import StatusBar
-from channel_tui.widgets.transcript import AssistantMessage, Note, UserMessage
 from engine.model.model import load_model
 from engine.process.protocol import MAX_REPLY_TOKENS
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import sys
 
+from channel_tui.widgets.message_widgets import AssistantMessage, UserMessage
 from channel_tui.widgets.prompt import Prompt
-from channel_tui.widgets.transcript import AssistantMessage, UserMessage
 
 from .test_tui_app import SIZE, booted, make_app, of_type, record_events, say, until
 

@@ -10,7 +10,7 @@ from textual.widgets import Static
 from channel_tui.app import ChannelApp
 from channel_tui.export import ChatMessage
 from channel_tui.options import AppOptions
-from channel_tui.widgets.transcript import WITHDRAWN, AssistantMessage, UserMessage
+from channel_tui.widgets.message_widgets import WITHDRAWN, AssistantMessage, UserMessage
 
 from .conftest import SHARED_CACHE
 from .fake_engine import SLOW_READ

@@ -9,9 +9,9 @@ from textual.widgets.markdown import MarkdownBlock
 
 from channel_tui.clipboard import COPY_FILE, clipboard_commands, copy_text
 from channel_tui.export import ChatMessage
+from channel_tui.widgets.message_widgets import AssistantMessage, UserMessage
 from channel_tui.widgets.prompt import Prompt
 from channel_tui.widgets.reply_markdown import CodeBlock
-from channel_tui.widgets.transcript import AssistantMessage, UserMessage
 
 from .test_tui_app import SIZE, booted, make_app, record_events, say, until
 

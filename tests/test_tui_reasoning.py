@@ -8,9 +8,9 @@ from __future__ import annotations
 from textual.widgets import Markdown, Static
 
 from channel_tui.reasoning import copyable, split_reasoning, undecided
+from channel_tui.widgets.message_widgets import AssistantMessage
 from channel_tui.widgets.prompt import Prompt
 from channel_tui.widgets.reasoning_fold import ReasoningFold
-from channel_tui.widgets.transcript import AssistantMessage
 
 from .fake_engine import THINK, THINKING_REPLY
 from .test_tui_snapshots import SIZE, booted, fake_app, until

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from channel_tui.replies import ReplyChoices
 from channel_tui.settings import save_settings
-from channel_tui.widgets.transcript import AssistantMessage, UserMessage
+from channel_tui.widgets.message_widgets import AssistantMessage, UserMessage
 
 from .test_tui_app import SIZE, booted, make_app, of_type, record_events, say, until
 

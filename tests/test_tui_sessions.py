@@ -8,7 +8,7 @@ from channel_tui.app import ChannelApp
 from channel_tui.screens.confirm import ConfirmScreen
 from channel_tui.screens.new_session import NewSessionScreen
 from channel_tui.screens.sessions import SessionListScreen
-from channel_tui.widgets.transcript import UserMessage
+from channel_tui.widgets.message_widgets import UserMessage
 from engine.session.manage import list_trash
 
 from .test_tui_app import SIZE, booted, make_app, on_screen, record_events, say, until

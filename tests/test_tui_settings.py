@@ -24,7 +24,7 @@ from channel_tui.settings import (
     save_settings,
     summary,
 )
-from channel_tui.widgets.transcript import AssistantMessage
+from channel_tui.widgets.message_widgets import AssistantMessage
 
 from .test_tui_app import SIZE, booted, make_app, of_type, on_screen, record_events, say, until
 

@@ -20,7 +20,7 @@ from channel_tui.screens.turns import (
     first_line,
     turns_of,
 )
-from channel_tui.widgets.transcript import WITHDRAWN, UserMessage
+from channel_tui.widgets.message_widgets import WITHDRAWN, UserMessage
 
 from .fake_engine import SLOW_READ
 from .test_tui_app import SIZE, booted, make_app, of_type, on_screen, record_events, say, until

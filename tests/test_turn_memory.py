@@ -68,8 +68,8 @@ async def test_the_app_marks_turns_the_ring_forgot(tmp_path, tiny_gguf, tiny_cac
 
     from channel_tui.app import ChannelApp
     from channel_tui.options import AppOptions
+    from channel_tui.widgets.message_widgets import AssistantMessage, UserMessage
     from channel_tui.widgets.ring_view import RingView
-    from channel_tui.widgets.transcript import AssistantMessage, UserMessage
     from tests.test_tui_app import SIZE, booted, of_type, record_events, say
 
     app = ChannelApp(AppOptions(

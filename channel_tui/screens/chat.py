@@ -23,10 +23,11 @@ from ..export import ChatMessage, export_transcript
 from ..link import EngineLink
 from ..replies import ReplyChoices
 from ..widgets.boot_banner import BootBanner
+from ..widgets.message_widgets import AssistantMessage, UserMessage
 from ..widgets.prompt import Prompt
 from ..widgets.ring_view import RingView
 from ..widgets.status_bar import StatusBar
-from ..widgets.transcript import AssistantMessage, Transcript, UserMessage
+from ..widgets.transcript import Transcript
 from .chat_answers import Answer, ChatAnswers
 from .chat_edits import ChatEdits
 from .chat_events import ChatEvents

@@ -19,7 +19,7 @@ from .. import format as fmt
 from ..export import ChatMessage
 from ..messages import EngineFatal, EngineLost, SessionEvent
 from ..replies import ReplyChoices
-from ..widgets.transcript import WITHDRAWN
+from ..widgets.message_widgets import WITHDRAWN
 
 if TYPE_CHECKING:
     from engine.process.events import (

@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING
 from ..clipboard import copy_text
 from ..messages import CopyRequested, LeaveTranscript
 from ..reasoning import copyable
+from ..widgets.message_widgets import Remembered
 from ..widgets.prompt import Prompt
-from ..widgets.transcript import Remembered
 
 if TYPE_CHECKING:
     from ..export import ChatMessage
-    from ..widgets.transcript import AssistantMessage, Transcript
+    from ..widgets.message_widgets import AssistantMessage
+    from ..widgets.transcript import Transcript
 
 
 class ChatNavigation:

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 from .chat_rewind import REWINDING
 
 if TYPE_CHECKING:
+    from ..widgets.message_widgets import UserMessage
     from ..widgets.prompt import Prompt
-    from ..widgets.transcript import Transcript, UserMessage
+    from ..widgets.transcript import Transcript
 
 
 class ChatQueue:

@@ -13,8 +13,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ..app_keys import APP_BINDINGS
+from ..widgets.message_widgets import MESSAGE_BINDINGS
 from ..widgets.prompt import Prompt
-from ..widgets.transcript import MESSAGE_BINDINGS
 from .chat import ChatScreen
 
 # Keys of the message box, which TextArea handles rather than a binding of ours.

@@ -27,7 +27,7 @@ from textual.widgets import Button, OptionList, Static
 from textual.widgets.option_list import Option
 
 from ..export import ChatMessage
-from ..widgets.transcript import WITHDRAWN
+from ..widgets.message_widgets import WITHDRAWN
 
 SYSTEM_ONLY = "(system prompt only)"
 LIST_HINT = "Enter: go back to the highlighted turn (asks first) · Esc closes"
