@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from channel_cli import app_command, commands
+from channel_cli import app_command, commands, snapshot_commands
 from channel_cli.cli_args import add_sampling_options, resolve_model_option
 from channel_cli.pull import add_pull_command
 from engine.errors import ChannelError
@@ -99,13 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("path", type=Path)
     inspect.add_argument("--json", action="store_true")
     _add_common(inspect)
-    inspect.set_defaults(handler=commands.snapshot_inspect)
+    inspect.set_defaults(handler=snapshot_commands.snapshot_inspect)
     verify = snap_sub.add_parser(
         "verify", help="check a session's saved state against a cold replay of its stream")
     verify.add_argument("name", help="the session")
     verify.add_argument("--json", action="store_true", help="print one JSON object")
     _add_common(verify)
-    verify.set_defaults(handler=commands.snapshot_verify)
+    verify.set_defaults(handler=snapshot_commands.snapshot_verify)
 
     models = sub.add_parser("models", help="list the GGUF models on this machine")
     models.add_argument("--json", action="store_true",
