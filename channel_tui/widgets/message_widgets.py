@@ -65,11 +65,10 @@ class Remembered:
         self.post_message(CopyRequested(self.copied(), self.what))
 
     def action_neighbour(self, delta: int) -> None:
-        from .transcript import Transcript  # the container imports these widgets
-
-        transcript = self.parent
-        if isinstance(transcript, Transcript):
-            transcript.focus_neighbour(self, delta)
+        # The container (widgets/transcript.py, which imports this module) moves the focus.
+        focus_neighbour = getattr(self.parent, "focus_neighbour", None)
+        if focus_neighbour is not None:
+            focus_neighbour(self, delta)
 
     def set_memory(self, state: str) -> None:
         if state == self.memory:
