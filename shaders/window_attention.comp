@@ -249,7 +249,6 @@ void main() {
             total[j] += splits[SP_SUM + head + k] * weight_of(splits[SP_MAX + head + k], m_runs[j]);
         }
     }
-    barrier();  // every invocation has read wg_o's partial before it is overwritten
     for (uint x = gl_LocalInvocationID.x; x < G * H4; x += WG) {
         uint j = x / H4, i = x % H4;
         vec4 r = vec4(0.0);
