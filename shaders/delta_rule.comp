@@ -36,11 +36,30 @@ const uint CH = (DK + PARTS - 1) / PARTS;  // rows staged at once
 const uint LDT = DK + 1;  // the tile's row stride: a column's reads fall in distinct banks
 shared float tile[CH * LDT];
 
-shared float qs[DK], ks[DK];
-// Per subgroup: its part of q.q and k.k, then of o.o (sums by subgroup, then across the few
+// Per token, by its parity (so the next token's writes need no barrier after this one's
+// reads): q and k as vec4s (each invocation reads all DK of them, four a load), then per
+// subgroup its part of q.q and k.k and of o.o (sums by subgroup, then across the few
 // subgroups here: a sum over DK in one invocation was a chain of DK shared-memory reads).
-shared vec2 sums[DK];
-shared float osums[DK];
+shared vec4 qs[2][DK / 4], ks[2][DK / 4];
+shared vec2 sums[2][DK];
+shared float osums[2][DK];
+
+// One token's inputs, loaded a token ahead: their global reads then overlap the token before.
+struct TokenIn {
+    float q, k, v, beta, alpha, z;
+};
+
+TokenIn load_token(uint t, uint j, uint h, uint kh) {
+    uint base = pc.in_off + t * CD, gates = pc.per_t + t * 2 * NVH;
+    TokenIn r;
+    r.q = act[base + kh * DK + j];
+    r.k = act[base + (NKH + kh) * DK + j];
+    r.v = act[base + (2 * NKH + h) * DK + j];
+    r.beta = act[gates + h];
+    r.alpha = act[gates + NVH + h];
+    r.z = act[pc.p_row0 + t * INNER + h * DK + j];
+    return r;
+}
 
 void main() {
     uint j = gl_LocalInvocationID.x, h = gl_WorkGroupID.x, kh = h % NKH;
@@ -57,45 +76,50 @@ void main() {
     }
     float dt = vec[pc.norm_off + h], a = vec[pc.norm_off + NVH + h];
     float w = vec[pc.norm_off + 2 * NVH + j], qscale = 1.0 / sqrt(float(DK));
+    TokenIn next = load_token(0, j, h, kh);
     for (uint t = 0; t < prm.C; t++) {
-        uint base = pc.in_off + t * CD;
-        float qj = act[base + kh * DK + j], kj = act[base + (NKH + kh) * DK + j];
-        float v = act[base + (2 * NKH + h) * DK + j];
-        qs[j] = qj;
-        ks[j] = kj;
-        vec2 part = subgroupAdd(vec2(qj * qj, kj * kj));
-        if (subgroupElect()) sums[gl_SubgroupID] = part;
+        TokenIn cur = next;
+        uint p = t % 2;
+        qs[p][j / 4][j % 4] = cur.q;
+        ks[p][j / 4][j % 4] = cur.k;
+        vec2 part = subgroupAdd(vec2(cur.q * cur.q, cur.k * cur.k));
+        if (subgroupElect()) sums[p][gl_SubgroupID] = part;
+        next = load_token(min(t + 1, prm.C - 1), j, h, kh);
         barrier();
         float qq = 0.0, kk = 0.0;
         for (uint i = 0; i < gl_NumSubgroups; i++) {
-            qq += sums[i].x;
-            kk += sums[i].y;
+            qq += sums[p][i].x;
+            kk += sums[p][i].y;
         }
-        float qn = 1.0 / sqrt(qq + L2_EPS), kn = 1.0 / sqrt(kk + L2_EPS);
-        float x = act[pc.per_t + t * 2 * NVH + NVH + h] + dt;  // alpha + dt
+        float qn = 1.0 / sqrt(qq + L2_EPS) * qscale, kn = 1.0 / sqrt(kk + L2_EPS);
+        float x = cur.alpha + dt;
         float softplus = max(x, 0.0) + log(1.0 + exp(-abs(x)));
         float g = exp(softplus * a);
-        float b = 1.0 / (1.0 + exp(-act[pc.per_t + t * 2 * NVH + h]));
-        float mem = 0.0;
-        [[unroll]] for (uint i = 0; i < DK; i++) {
-            s[i] *= g;
-            mem += s[i] * (ks[i] * kn);
+        float b = 1.0 / (1.0 + exp(-cur.beta));
+        // numpy's S *= g; u = b (v - k.S); S += k u; o = q.S, with g and the norms taken out
+        // of the sums, and each sum over DK in four independent chains (one chain of DK
+        // dependent adds was most of a token's latency).
+        vec4 kdot = vec4(0.0);
+        [[unroll]] for (uint i = 0; i < DK / 4; i++)
+            kdot += vec4(s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]) * ks[p][i];
+        float mem = (cur.v - g * kn * (kdot.x + kdot.y + kdot.z + kdot.w)) * b * kn;
+        vec4 qdot = vec4(0.0);
+        [[unroll]] for (uint i = 0; i < DK / 4; i++) {
+            vec4 k4 = ks[p][i];
+            s[4 * i] = s[4 * i] * g + mem * k4.x;
+            s[4 * i + 1] = s[4 * i + 1] * g + mem * k4.y;
+            s[4 * i + 2] = s[4 * i + 2] * g + mem * k4.z;
+            s[4 * i + 3] = s[4 * i + 3] * g + mem * k4.w;
+            qdot += vec4(s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]) * qs[p][i];
         }
-        mem = (v - mem) * b;
-        float o = 0.0;
-        [[unroll]] for (uint i = 0; i < DK; i++) {
-            s[i] += mem * (ks[i] * kn);
-            o += s[i] * (qs[i] * qn * qscale);
-        }
+        float o = (qdot.x + qdot.y + qdot.z + qdot.w) * qn;
         float opart = subgroupAdd(o * o);
-        if (subgroupElect()) osums[gl_SubgroupID] = opart;
+        if (subgroupElect()) osums[p][gl_SubgroupID] = opart;
         barrier();
         float ss = 0.0;
-        for (uint i = 0; i < gl_NumSubgroups; i++) ss += osums[i];
+        for (uint i = 0; i < gl_NumSubgroups; i++) ss += osums[p][i];
         float inv = 1.0 / sqrt(ss * (1.0 / float(DK)) + EPS);
-        float z = act[pc.p_row0 + t * INNER + h * DK + j];
-        act[pc.out_off + t * INNER + h * DK + j] = o * inv * w * (z / (1.0 + exp(-z)));
-        barrier();  // the shared rows are rewritten for the next token
+        act[pc.out_off + t * INNER + h * DK + j] = o * inv * w * (cur.z / (1.0 + exp(-cur.z)));
     }
     for (uint c = 0; c < PARTS; c++) {  // and back the same way
         if (j / CH == c) {
