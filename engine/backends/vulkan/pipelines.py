@@ -28,7 +28,7 @@ SPEC_IDS = {
     "ARGMAX_GROUPS": 30, "ARGMAX_BASE": 31,  # argmax.glsl
     "ROPE_SPLIT": 34, "QKV_BIAS": 35, "QK_NORM": 36,  # the architecture's (common.glsl)
     "CONV_K": 37, "CONV_W": 42, "CONV_SILU": 43,  # shortconv.comp
-    "DK": 44, "NKH": 45, "NVH": 46,  # delta_rule.comp
+    "DK": 44, "NKH": 45, "NVH": 46, "LANES": 55,  # delta_rule.comp
     "ROT_HALF": 47, "GATED_Q": 52,  # the architecture's (common.glsl)
     # Gemma 3's (common.glsl): window rows, GeGLU, the embedding and query scales.
     "WINDOW": 38, "GEGLU": 39, "EMBED_SCALE": 40, "Q_SCALE": 41,

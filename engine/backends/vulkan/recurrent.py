@@ -7,7 +7,7 @@ delta_state at binding 24) and follow every token: nothing of them enters the ri
 attention mass, and a rebase leaves them alone. Both convolutions run shortconv.comp, one
 invocation a channel walking the pass's tokens in order (CONV_SILU picks the delta net's
 form); the delta rule runs delta_rule.comp, one workgroup a value head holding the head's
-state in registers for the whole pass.
+state in registers for the whole pass, four invocations a row (delta_lanes).
 """
 
 from __future__ import annotations
@@ -19,6 +19,16 @@ from ...align import ceil_div
 if TYPE_CHECKING:
     from .passes import PassRecorder, PassShape
     from .weights import LayerMatrices
+
+
+def delta_lanes(head_dim: int, max_invocations: int) -> int:
+    """Invocations per row of a delta-rule head's state (delta_rule.comp's LANES): 4 where
+    the workgroup may be that large, so that a row's share fits the registers; each share
+    must be a whole number of vec4s."""
+    for lanes in (4, 2, 1):
+        if head_dim % (4 * lanes) == 0 and head_dim * lanes <= max_invocations:
+            return lanes
+    raise ValueError(f"delta-rule heads {head_dim} wide: the Vulkan shader needs a multiple of 4")
 
 
 def record_short_conv(rec: PassRecorder, shape: PassShape, lw: LayerMatrices,
@@ -51,7 +61,9 @@ def record_delta_net(rec: PassRecorder, shape: PassShape, lw: LayerMatrices,
                   in_off=a.q, out_off=a.attn, norm_off=lw.conv_taps, layer=plane)
     rec._barrier()
     # The rule's output goes to the q rows: the projection there is spent.
-    rec._dispatch("delta_rule", {"WG": cfg.delta_head_dim}, (cfg.delta_v_heads, 1),
+    dk = cfg.delta_head_dim
+    lanes = delta_lanes(dk, rec.pipes.ctx.limits.max_invocations)
+    rec._dispatch("delta_rule", {"WG": dk * lanes, "LANES": lanes}, (cfg.delta_v_heads, 1),
                   in_off=a.attn, out_off=a.q, norm_off=lw.delta_vec, layer=plane,
                   p_row0=a.aux, per_t=beta_alpha)
     rec._barrier()
