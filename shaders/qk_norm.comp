@@ -6,11 +6,13 @@
 // VEC pc.norm_off holds the q weights (HD), then the k weights (HD). A WINDOW layer's k is
 // in act beside its q (rows of QKVD: matmul_common.glsl), not in the ring's K plane.
 #extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_basic : require
 #include "common.glsl"
 
 layout(local_size_x_id = 0) in;
 
-shared float part[WG];
+shared float part[WG];  // per subgroup: its part of the sum of squares
 
 void main() {
     uint lid = gl_LocalInvocationID.x, h = gl_WorkGroupID.x, tok = gl_WorkGroupID.y;
@@ -25,10 +27,11 @@ void main() {
         float x = in_act ? act[base + i] : kc[kbase + i];
         ss += x * x;
     }
-    part[lid] = ss;
+    ss = subgroupAdd(ss);  // then across the subgroups, as rmsnorm.comp
+    if (subgroupElect()) part[gl_SubgroupID] = ss;
     barrier();
     ss = 0.0;
-    for (uint i = 0; i < WG; i++) ss += part[i];
+    for (uint i = 0; i < gl_NumSubgroups; i++) ss += part[i];
     float inv = 1.0 / sqrt(ss / float(HD) + EPS);
     // Pair j: dims (j, j + RH) split-half, else (2j, 2j + 1); frequency j either way.
     for (uint j = lid; j < RH; j += WG) {

@@ -5,11 +5,13 @@
 //    act[out + t*D ..] += rmsnorm(act[in + t*D ..]). The product before it stored its rows
 //    (MODE_STORE): the norm spans the whole row, which spans the product's workgroups.
 #extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_basic : require
 #include "common.glsl"
 
 layout(local_size_x_id = 0) in;
 
-shared float part[WG];
+shared float part[WG];  // per subgroup: its part of the sum of squares
 
 void main() {
     uint lid = gl_LocalInvocationID.x, t = gl_WorkGroupID.x;
@@ -17,10 +19,13 @@ void main() {
     uint base = pc.in_off + t * D;
     float ss = 0.0;
     for (uint i = lid; i < D; i += WG) ss += act[base + i] * act[base + i];
-    part[lid] = ss;
+    // Summed by subgroups, then across the few subgroups: a sum over WG in each invocation
+    // was a chain of WG dependent shared-memory reads, in a pass Gemma runs 36 times a step.
+    ss = subgroupAdd(ss);
+    if (subgroupElect()) part[gl_SubgroupID] = ss;
     barrier();
     ss = 0.0;
-    for (uint i = 0; i < WG; i++) ss += part[i];
+    for (uint i = 0; i < gl_NumSubgroups; i++) ss += part[i];
     float inv = 1.0 / sqrt(ss / float(D) + EPS);
     if (pc.flags == 1u) {  // as numpy: the normed row (x * inv) * w, then the residual add
         uint out_base = pc.out_off + t * D;
