@@ -96,6 +96,7 @@ const uint MODE_QKV = 1;     // RoPE q and k; q -> act, k/v -> the arena's K/V p
 const uint MODE_RESID = 2;   // act[out + t*D + row] += y (residual add)
 const uint MODE_GATEUP = 3;  // act[out + t*F + row] = silu(gate) * up
 const uint MODE_LOGITS = 4;  // logits[row] = y, for the chunk's last token only
+const uint MODE_POSTNORM = 5;  // decode, matmul.comp: act[out + row] += rmsnorm(y) * w (Gemma)
 
 // ---- resources ---------------------------------------------------------------------------------
 layout(binding = 0) uniform usamplerBuffer WQ;        // weight payload texels, all matrices

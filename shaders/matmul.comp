@@ -4,12 +4,19 @@
 // stride over its blocks (SPLIT = 1 on CPUs, where invocations are SIMD lanes; more on GPUs).
 // Inputs are read as RGBA32F texels: on lavapipe a shared-memory load costs a scalar load per
 // lane, a texel fetch one vector load. Optional RMSNorm of the inputs; epilogue by MODE.
+//
+// MODE_POSTNORM (decode, Gemma's post-norms): the product's rows go to splits[SP_POST ..]
+// and the last workgroup to finish adds their RMSNorm, times the VEC weights at pc.norm_off,
+// into the residual row act[pc.out_off ..], as rmsnorm.comp (flags 1) would in a dispatch of
+// its own. That dispatch and its barrier were a quarter of a Gemma 3 decode step's (36 of
+// 147), each a few microseconds of latency around a 640-float row.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
 #include "matmul_common.glsl"
+#include "split.glsl"
 
 layout(local_size_x_id = 0) in;
 
@@ -23,6 +30,8 @@ const bool OFFSET = QTYPE == QT_Q4_1 || QTYPE == QT_Q4_0 || QTYPE == QT_Q8M
 
 const uint RED = NR * T + T;  // floats per invocation in `red`: partial dots, sums of squares
 shared float red[SPLIT > 1 ? WG * RED : 1];  // [WG, RED] partials, where shuffles cannot sum them
+shared float post_part[MODE == MODE_POSTNORM ? WG : 1];  // per subgroup: y's sum of squares
+shared bool post_last;  // MODE_POSTNORM: this workgroup finished last
 
 // The product's running state per invocation. Globals, not parameters: passed to a function,
 // arrays sized by specialization constants came back wrong (lavapipe, glslc).
@@ -66,6 +75,67 @@ void add_block(uint b, uint row0, float valid) {
     }
 }
 
+// The input norm's scale, then the stores by MODE: a row group's lane 0, its rows.
+void epilogue(uint tok0, uint row0) {
+    uint C = prm.C;
+    // RMSNorm folded into the product: y = inv * W (nw * x) with inv = 1 / rms(x), and the SPLIT
+    // lanes of a row group cover every block of the row between them, so the sums of squares
+    // come from the same loads as the dots and inv scales the sums at the end: no pass over
+    // the row before the product, no barrier (on an H200 the prologue and its barrier were
+    // a dependent round trip in every q|k|v, gate|up and logits dispatch).
+    if (NORM != 0) {
+        [[unroll]] for (uint t = 0; t < T; t++) {
+            float inv = 1.0 / sqrt(ss[t] / float(K) + EPS);
+            [[unroll]] for (uint r = 0; r < NR; r++) acc[r * T + t] *= inv;
+        }
+    }
+
+    for (uint t = 0; t < T; t++) {
+        uint tok = tok0 + t;
+        if (tok >= C) break;
+        if (MODE == MODE_QKV) {
+            [[unroll]] for (uint r = 0; r < R; r += 2) {
+                uint row = row0 + r;
+                if (row >= M) break;
+                store_qkv_pair(tok, row, acc[r * T + t], acc[(r + 1) * T + t]);
+            }
+        } else if (MODE == MODE_POSTNORM) {
+            [[unroll]] for (uint r = 0; r < R; r++) {
+                if (row0 + r < M) splits[SP_POST + row0 + r] = acc[r];
+            }
+        } else {
+            [[unroll]] for (uint r = 0; r < R; r++) {
+                uint row = row0 + r;
+                if (row >= M) break;
+                store_value(tok, row, acc[r * T + t],
+                            MODE == MODE_GATEUP ? acc[(R + r) * T + t] : 0.0);
+            }
+        }
+    }
+}
+
+// MODE_POSTNORM's fold, after every workgroup stored its rows to SP_POST (one token: T = 1).
+void post_norm(uint lid) {
+    memoryBarrierBuffer();  // release: this workgroup's rows before the count
+    barrier();
+    if (lid == 0) post_last = atomicAdd(counters[0], 1u) + 1u == gl_NumWorkGroups.x;
+    barrier();
+    if (!post_last) return;
+    memoryBarrierBuffer();  // acquire: the other workgroups' rows after the count
+    if (lid == 0) atomicExchange(counters[0], 0u);  // for the next product
+    float sq = 0.0;
+    for (uint i = lid; i < M; i += WG) sq += splits[SP_POST + i] * splits[SP_POST + i];
+    sq = subgroupAdd(sq);
+    if (subgroupElect()) post_part[gl_SubgroupID] = sq;
+    barrier();
+    sq = 0.0;
+    for (uint i = 0; i < gl_NumSubgroups; i++) sq += post_part[i];
+    float inv = 1.0 / sqrt(sq / float(M) + EPS);
+    // As numpy and rmsnorm.comp: the normed row (y * inv) * w, then the residual add.
+    for (uint i = lid; i < M; i += WG)
+        act[pc.out_off + i] += splits[SP_POST + i] * inv * vec[pc.norm_off + i];
+}
+
 void main() {
     uint lid = gl_LocalInvocationID.x;
     uint C = prm.C;
@@ -98,6 +168,9 @@ void main() {
     } else {
         for (uint b = 0; b < NB; b++) add_block(b, row0, 1.0);
     }
+    // Lane 0 of each row group stores its rows; the others are done, but under
+    // MODE_POSTNORM, whose fold needs the whole workgroup at its barriers.
+    bool writes = true;
     if (shuffles) {
         [[unroll]] for (uint mask = SPLIT / 2; mask > 0; mask /= 2) {
             [[unroll]] for (uint i = 0; i < NR * T; i++) acc[i] += subgroupShuffleXor(acc[i], mask);
@@ -105,50 +178,24 @@ void main() {
                 [[unroll]] for (uint t = 0; t < T; t++) ss[t] += subgroupShuffleXor(ss[t], mask);
             }
         }
-        if (lane != 0) return;
+        writes = lane == 0;
     } else if (SPLIT > 1) {
         [[unroll]] for (uint i = 0; i < NR * T; i++) red[lid * RED + i] = acc[i];
         if (NORM != 0) {
             [[unroll]] for (uint t = 0; t < T; t++) red[lid * RED + NR * T + t] = ss[t];
         }
         barrier();
-        if (lane != 0) return;
-        for (uint l = 1; l < SPLIT; l++) {
-            [[unroll]] for (uint i = 0; i < NR * T; i++) acc[i] += red[(lid + l) * RED + i];
-            if (NORM != 0) {
-                [[unroll]] for (uint t = 0; t < T; t++) ss[t] += red[(lid + l) * RED + NR * T + t];
+        writes = lane == 0;
+        if (writes) {
+            for (uint l = 1; l < SPLIT; l++) {
+                [[unroll]] for (uint i = 0; i < NR * T; i++) acc[i] += red[(lid + l) * RED + i];
+                if (NORM != 0) {
+                    [[unroll]] for (uint t = 0; t < T; t++) ss[t] += red[(lid + l) * RED + NR * T + t];
+                }
             }
         }
     }
-    // RMSNorm folded into the product: y = inv * W (nw * x) with inv = 1 / rms(x), and the SPLIT
-    // lanes of a row group cover every block of the row between them, so the sums of squares
-    // come from the same loads as the dots and inv scales the sums at the end: no pass over
-    // the row before the product, no barrier (on an H200 the prologue and its barrier were
-    // a dependent round trip in every q|k|v, gate|up and logits dispatch).
-    if (NORM != 0) {
-        [[unroll]] for (uint t = 0; t < T; t++) {
-            float inv = 1.0 / sqrt(ss[t] / float(K) + EPS);
-            [[unroll]] for (uint r = 0; r < NR; r++) acc[r * T + t] *= inv;
-        }
-    }
-
-    // Epilogue.
-    for (uint t = 0; t < T; t++) {
-        uint tok = tok0 + t;
-        if (tok >= C) break;
-        if (MODE == MODE_QKV) {
-            [[unroll]] for (uint r = 0; r < R; r += 2) {
-                uint row = row0 + r;
-                if (row >= M) break;
-                store_qkv_pair(tok, row, acc[r * T + t], acc[(r + 1) * T + t]);
-            }
-        } else {
-            [[unroll]] for (uint r = 0; r < R; r++) {
-                uint row = row0 + r;
-                if (row >= M) break;
-                store_value(tok, row, acc[r * T + t],
-                            MODE == MODE_GATEUP ? acc[(R + r) * T + t] : 0.0);
-            }
-        }
-    }
+    if (!writes && MODE != MODE_POSTNORM) return;
+    if (writes) epilogue(tok0, row0);
+    if (MODE == MODE_POSTNORM) post_norm(lid);
 }

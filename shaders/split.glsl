@@ -27,7 +27,8 @@ const uint SP_FAC = 0;                                 // [NL * NH, MAX_SPLITS] 
 const uint SP_MAX = SP_FAC + NL * NH * MAX_SPLITS;     // [NH, MAX_SPLITS] split's max score
 const uint SP_SUM = SP_MAX + NH * MAX_SPLITS;          // [NH, MAX_SPLITS] sum exp(score - max)
 const uint SP_OUT = SP_SUM + NH * MAX_SPLITS;          // [NH, MAX_SPLITS, HD] unnormalised out
-const uint SP_FLOATS = SP_OUT + NH * MAX_SPLITS * HD;  // resources.py sizes the buffer so
+const uint SP_POST = SP_OUT + NH * MAX_SPLITS * HD;    // [D] matmul.comp's MODE_POSTNORM rows
+const uint SP_FLOATS = SP_POST + D;                    // resources.py sizes the buffer so
 
 // A token that sees n >= 1 slots cuts them into runs of split_len(n) slots: as many runs as
 // SPLIT_SLOTS allows, at most MAX_SPLITS. A run's probabilities are stored relative to the

@@ -69,15 +69,14 @@ def test_every_step_matches_numpy(tmp_path_factory, vk_backend, arch, qtype) -> 
     np.testing.assert_allclose(b.v_cache[:, :n], a.v_cache[:, :n], atol=ATOL, rtol=0)
     # The features live in shader epilogues: a decode step dispatches what llama's does, but
     # for QK-norm's one an attention layer (its norm spans a head, which spans the product's
-    # workgroups), a gated query's one (sigmoid_gate) and post-norms' one a residual add
-    # (likewise a row); a CONV or WINDOW layer as many as llama's attention layer; a DELTA
-    # layer three more (its three input products, the convolution, the rule).
+    # workgroups) and a gated query's one (sigmoid_gate); post-norms none (the product's last
+    # workgroup adds them: MODE_POSTNORM); a CONV or WINDOW layer as many as llama's
+    # attention layer; a DELTA layer three more (its three input products, the convolution,
+    # the rule).
     cfg = model.config
     attention = 5 + int(cfg.arch.qk_norm) + int(cfg.arch.gated_query)
     per_layer = {FULL: attention, WINDOW: attention, CONV: 5, DELTA: 8}
-    post_norms = 2 * int(cfg.arch.post_norms) * cfg.n_layers
-    assert conv.forward.dispatches_per_token == \
-        sum(per_layer[k] for k in cfg.kinds) + post_norms + 3
+    assert conv.forward.dispatches_per_token == sum(per_layer[k] for k in cfg.kinds) + 3
     for name in ("conv_state", "delta_conv", "delta_state", "kw_cache", "vw_cache"):
         if name in ref.arena.layout:  # the layer planes outside the ring, as numpy left them
             np.testing.assert_allclose(getattr(b, name), getattr(a, name), atol=ATOL, rtol=0)

@@ -33,8 +33,8 @@ from .tuning import Tuning, matmul_tokens
 from .weights import DeviceWeights, LayerMatrices
 from .window import record_window_attention
 
-MODE_STORE, MODE_QKV, MODE_RESID, MODE_GATEUP, MODE_LOGITS = 0, 1, 2, 3, 4
-MODE_NAMES = ("store", "qkv", "resid", "gateup", "logits")
+MODE_STORE, MODE_QKV, MODE_RESID, MODE_GATEUP, MODE_LOGITS, MODE_POSTNORM = 0, 1, 2, 3, 4, 5
+MODE_NAMES = ("store", "qkv", "resid", "gateup", "logits", "postnorm")
 
 
 @dataclass(frozen=True)
@@ -169,11 +169,12 @@ class PassRecorder:
     # -- the pass -------------------------------------------------------------------------
     def _matmul(self, shape: PassShape, mode: int, m: Matrix, *, norm: int | None,
                 in_off: int, out_off: int, layer: int | None = None, bias: int = 0,
-                gates: int = 0, extra: dict | None = None) -> None:
+                gates: int = 0, extra: dict | None = None, post_norm: int = 0) -> None:
         """`layer`: q|k|v's, whose K/V planes the epilogue writes; `bias`: its q|k|v bias
         (where QKV_BIAS); `gates`: where it stores a gated query's gates (GATED_Q); `extra`:
-        specialization beyond the model's (a WINDOW layer's). The logits' `out_off` is the
-        first logit a piece of the output matrix writes."""
+        specialization beyond the model's (a WINDOW layer's); `post_norm`: MODE_POSTNORM's
+        norm weights (VEC). The logits' `out_off` is the first logit a piece of the output
+        matrix writes."""
         t = self.t
         gate_up = mode == MODE_GATEUP
         if mode != MODE_LOGITS and record_product(self, shape, mode, m, gate_up=gate_up,
@@ -191,7 +192,7 @@ class PassRecorder:
         groups = (ceil_div(rows, r * (t.wg // t.split)),
                   1 if mode == MODE_LOGITS else ceil_div(shape.bucket, tokens))
         self._dispatch("matmul", spec, groups, chunk=m.chunk, kv_layer=layer, w_texel=m.texel,
-                       w_block=m.block, norm_off=norm or 0, in_off=in_off, out_off=out_off,
+                       w_block=m.block, norm_off=norm or post_norm, in_off=in_off, out_off=out_off,
                        count=bias, per_t=gates)
 
     def store_product(self, shape: PassShape, m: Matrix, *, norm: int | None, in_off: int,
@@ -250,11 +251,15 @@ class PassRecorder:
     def _project_residual(self, shape: PassShape, m: Matrix, in_off: int,
                           post_norm: int) -> None:
         """x += the rows at `in_off` times m^T: in the product's epilogue (MODE_RESID), or
-        where the model norms the product first (post-norms, Gemma: VEC `post_norm`) stored
-        to the y rows and added by rmsnorm.comp, as the norm spans the row, which spans the
-        product's workgroups. Then a barrier."""
+        where the model norms the product first (post-norms, Gemma: VEC `post_norm`) in the
+        last workgroup of a decode product (MODE_POSTNORM), else stored to the y rows and
+        added by rmsnorm.comp, as the norm spans the row, which spans the product's
+        workgroups. Then a barrier."""
         a = self.res.act_layout
-        if self.cfg.arch.post_norms:
+        if self.cfg.arch.post_norms and shape.decode:
+            self._matmul(shape, MODE_POSTNORM, m, norm=None, in_off=in_off, out_off=a.x,
+                         post_norm=post_norm)
+        elif self.cfg.arch.post_norms:
             self._matmul(shape, MODE_STORE, m, norm=None, in_off=in_off, out_off=a.y)
             self._barrier()
             self._dispatch("rmsnorm", {"WG": self.t.small_wg}, (shape.bucket, 1), in_off=a.y,

@@ -89,11 +89,13 @@ class ConversationResources:
         # Split attention's partials, laid out by shaders/split.glsl. Decode: mass factors
         # [n_full * n_heads, max_splits] (the ring's layers), then per query head the splits'
         # max and sum [n_heads, max_splits] each and unnormalised outputs
-        # [n_heads, max_splits, head_dim].
+        # [n_heads, max_splits, head_dim], then a product's rows before their post-norm
+        # [d_model] (matmul.comp's MODE_POSTNORM).
         # Prefill (runs of slots): factors, maxima and sums [prows, prefill_splits] each, then
         # outputs [prows, prefill_splits, head_dim]. One pass uses the buffer at a time.
         nh, runs = cfg.n_heads, tuning.prefill_splits
-        split_floats = max(tuning.max_splits * nh * (cfg.n_full + 2 + cfg.head_dim),
+        split_floats = max(tuning.max_splits * nh * (cfg.n_full + 2 + cfg.head_dim)
+                           + cfg.d_model,
                            prows * runs * (3 + cfg.head_dim) if runs > 1 else 0)
         self.splits = device_buffer(ctx, 4 * split_floats, "splits")
         # uint32 runs done, [n_heads] for decode, [n_heads, query tiles] for prefill; the
