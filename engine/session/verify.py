@@ -34,10 +34,15 @@ from ..state.ring_policy import RingPolicy
 from .session import Session
 
 # Largest |difference| allowed between warm and cold K/V, relative to the largest |value|
-# in the plane: batched and token-at-a-time float sums differ by ~1e-6 on numpy; a quantized
-# backend's batched kernels by up to a few percent.
+# in the plane: batched and token-at-a-time float sums differ by ~1e-6 on numpy. On ggml a
+# token at a time rounds the activations to 8-bit blocks where a batch expands the weights to
+# f32, and the difference grows through the layers: ~1e-3 on a llama-shaped model; on the
+# quantized hybrid test models (tests/fixtures/arch) 1-4% typically after a crash trial and
+# 7.2% at worst (a key of the attention layer after three delta-rule layers, 2026-12-07),
+# where 5% had been the limit. A key of another token or position differs by about its own
+# size, so this still finds those.
 TOLERANCE = {"numpy": 1e-4}
-QUANTIZED_TOLERANCE = 5e-2
+QUANTIZED_TOLERANCE = 0.15
 
 
 @dataclass
