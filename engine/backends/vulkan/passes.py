@@ -8,15 +8,13 @@ wo+residual, norm+gate|up+SiLU, down+residual; then logits and one tail dispatch
 every layer's attention mass and the device argmax. A CONV layer (LFM2) costs five too:
 norm+in_proj, the short convolution (shortconv.comp), out_proj+residual, and the same two for
 its feed-forward. A WINDOW layer (Gemma 3) attends over its own circular plane (window.py).
-Post-norms (Gemma) cost one more dispatch per residual add.
+Post-norms (Gemma) cost one more dispatch per residual add in prefill; in decode the product's
+last workgroup adds them (matmul.comp's MODE_POSTNORM).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-
-import numpy as np
 
 from ...align import ceil_div
 from ...model.architecture import CONV, DELTA, SPLIT_HALF, WINDOW
@@ -24,7 +22,7 @@ from ...model.config import ModelConfig
 from ...state.evict_policy import SCORE_MODES, score_scale
 from ...state.ring_policy import RingPolicy
 from .chunks import Matrix
-from .pipelines import PUSH_WORDS, Pipelines
+from .pipelines import PUSH_WORDS, Pipelines, model_specs
 from .prefill import mass_pass, record_attention, record_product
 from .profiler import DispatchTimer
 from .recurrent import record_delta_net, record_short_conv
@@ -311,14 +309,3 @@ class PassRecorder:
             # Greedy support: a few microseconds, so every logits pass carries it.
             self._dispatch("argmax", {"WG": self.t.small_wg}, (self.t.argmax_groups, 1))
 
-
-def model_specs(cfg: ModelConfig) -> dict[str, float]:
-    """The specialization of Gemma's features, each the value that compiles it out where the
-    model does not have it: GeGLU; the embeddings' scale, sqrt(d_model) rounded to f32 as
-    numpy (and HF) round it; the queries' scale, 0 (the shaders' own 1/sqrt(head_dim)) unless
-    the model's rounds to another f32 (Gemma 3 27B's 1/sqrt(d_model / n_heads))."""
-    f32 = np.float32
-    q_scale = f32(cfg.q_scale)
-    return {"GEGLU": int(cfg.arch.geglu),
-            "EMBED_SCALE": float(f32(math.sqrt(cfg.d_model))) if cfg.arch.embed_scale else 1.0,
-            "Q_SCALE": 0.0 if q_scale == f32(1.0 / math.sqrt(cfg.head_dim)) else float(q_scale)}

@@ -8,8 +8,12 @@ are cached per process.
 
 from __future__ import annotations
 
+import math
 import struct
 
+import numpy as np
+
+from ...model.config import ModelConfig
 from .context import Context
 from .options import DEFAULT_SHADER_DIR
 from .options import current as current_options
@@ -50,6 +54,18 @@ BINDINGS = {0: TEXEL, 1: TEXEL, 2: STORAGE, 3: STORAGE, 4: STORAGE, 5: TEXEL, 6:
 SHADERS = ("matmul", "embed", "attention", "mass", "rmsnorm", "rope_rebase", "argmax",
            "attention_split", "matmul_tiled", "matmul_coopmat", "attention_prefill", "qk_norm",
            "shortconv", "delta_rule", "sigmoid_gate", "window_attention", "window_store")
+
+
+def model_specs(cfg: ModelConfig) -> dict[str, float]:
+    """The specialization of Gemma's features, each the value that compiles it out where the
+    model does not have it: GeGLU; the embeddings' scale, sqrt(d_model) rounded to f32 as
+    numpy (and HF) round it; the queries' scale, 0 (the shaders' own 1/sqrt(head_dim)) unless
+    the model's rounds to another f32 (Gemma 3 27B's 1/sqrt(d_model / n_heads))."""
+    f32 = np.float32
+    q_scale = f32(cfg.q_scale)
+    return {"GEGLU": int(cfg.arch.geglu),
+            "EMBED_SCALE": float(f32(math.sqrt(cfg.d_model))) if cfg.arch.embed_scale else 1.0,
+            "Q_SCALE": 0.0 if q_scale == f32(1.0 / math.sqrt(cfg.head_dim)) else float(q_scale)}
 
 
 class MissingShaderError(FileNotFoundError):
