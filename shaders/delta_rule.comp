@@ -12,9 +12,10 @@
 // beta | alpha at act[pc.per_t + t*2*NVH]; VEC pc.norm_off holds dt [NVH], a [NVH], then the
 // norm's weights [DK].
 //
-// Why a row is split: with a whole row (DK = 128 floats) per invocation the row did not fit
-// the registers beside the rest and a token cost ~2 us a layer on the H100 (38 us for the one
-// token of a decode step). A quarter row is 32 registers; the row's dots are summed across
+// Why a row is split: with a whole row (DK = 128 floats) per invocation a token cost ~2 us a
+// layer on the H100 (38 us for the one token of a decode step) whatever was done to its loads
+// or its chains of adds, most likely because the row did not fit the registers beside the
+// rest. A quarter row is 32 registers; the row's dots are summed across
 // its LANES invocations by two shuffles.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
