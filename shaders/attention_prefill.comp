@@ -35,7 +35,6 @@ shared vec4 q_sh[BQ * H4];   // [BQ, HD/4] scaled queries
 shared vec4 kv_sh[BS * KS];  // [BS, HD/4 + 1] the key tile, then the value tile
 shared float p_sh[BQ * BS];  // [BQ, BS] partial maxima, the tile's probabilities, partial sums
 shared float row_sh[BQ];     // [BQ] row maxima, then row sums
-shared uint done_sh;         // runs of this tile finished, as the counter said
 
 // The next tile's keys or values, fetched into registers while this tile is used: each tile
 // otherwise waited out its loads' round trip before any work (H200: most of a 2048-token
@@ -199,14 +198,7 @@ void main() {
     for (uint r = lid; r < BQ && t0 + r < C; r += WG) {
         splits[PF_SUM + (row0 + r * NH) * PREFILL_SPLITS + run] = row_sh[r];
     }
-    uint counter = h * gl_NumWorkGroups.y + gl_WorkGroupID.y;
-    memoryBarrierBuffer();  // release: the partials before the count
-    barrier();
-    if (lid == 0) done_sh = atomicAdd(counters[counter], 1u) + 1u;
-    barrier();
-    if (done_sh != runs) return;  // the whole workgroup leaves together
-    memoryBarrierBuffer();  // acquire: the other runs' partials after the count
-    if (lid == 0) atomicExchange(counters[counter], 0u);  // ready for the next layer
+    if (!last_to_finish(h * gl_NumWorkGroups.y + gl_WorkGroupID.y, runs)) return;
 
     // Mass factors, one invocation per row; then outputs as the runs' outputs times them.
     for (uint r = lid; r < BQ && t0 + r < C; r += WG) {

@@ -31,7 +31,6 @@ const bool OFFSET = QTYPE == QT_Q4_1 || QTYPE == QT_Q4_0 || QTYPE == QT_Q8M
 const uint RED = NR * T + T;  // floats per invocation in `red`: partial dots, sums of squares
 shared float red[SPLIT > 1 ? WG * RED : 1];  // [WG, RED] partials, where shuffles cannot sum them
 shared float post_part[MODE == MODE_POSTNORM ? WG : 1];  // per subgroup: y's sum of squares
-shared bool post_last;  // MODE_POSTNORM: this workgroup finished last
 
 // The product's running state per invocation. Globals, not parameters: passed to a function,
 // arrays sized by specialization constants came back wrong (lavapipe, glslc).
@@ -116,13 +115,7 @@ void epilogue(uint tok0, uint row0) {
 
 // MODE_POSTNORM's fold, after every workgroup stored its rows to SP_POST (one token: T = 1).
 void post_norm(uint lid) {
-    memoryBarrierBuffer();  // release: this workgroup's rows before the count
-    barrier();
-    if (lid == 0) post_last = atomicAdd(counters[0], 1u) + 1u == gl_NumWorkGroups.x;
-    barrier();
-    if (!post_last) return;
-    memoryBarrierBuffer();  // acquire: the other workgroups' rows after the count
-    if (lid == 0) atomicExchange(counters[0], 0u);  // for the next product
+    if (!last_to_finish(0, gl_NumWorkGroups.x)) return;
     float sq = 0.0;
     for (uint i = lid; i < M; i += WG) sq += splits[SP_POST + i] * splits[SP_POST + i];
     sq = subgroupAdd(sq);

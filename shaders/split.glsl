@@ -21,6 +21,25 @@ layout(std430, binding = 18) coherent buffer Split { float splits[]; };         
 layout(std430, binding = 19) coherent buffer Counters { uint counters[]; };  // runs done, zeroed
 // by the last: [NH] for decode, [NH, query tiles] for prefill (resources.py sizes it)
 
+#ifndef SPLIT_READONLY
+shared bool fold_last_sh;  // last_to_finish's answer, for the whole workgroup
+
+// Whether this workgroup is the last of `parts` to count itself at counters[counter], which the
+// last then resets for the next dispatch. This workgroup's writes are released before its
+// count, and the others' acquired after it, so the last may fold what they all wrote. Called
+// by the whole workgroup, in uniform control flow (it has barriers).
+bool last_to_finish(uint counter, uint parts) {
+    memoryBarrierBuffer();  // release: this workgroup's partials before the count
+    barrier();
+    if (gl_LocalInvocationIndex == 0) fold_last_sh = atomicAdd(counters[counter], 1u) + 1u == parts;
+    barrier();
+    if (!fold_last_sh) return false;
+    memoryBarrierBuffer();  // acquire: the other workgroups' partials after the count
+    if (gl_LocalInvocationIndex == 0) atomicExchange(counters[counter], 0u);
+    return true;
+}
+#endif
+
 // Regions of `splits` (float offsets). Only the mass factors outlive a layer: mass.comp reads
 // every layer's after the last one; the rest is reused by the next layer's attention.
 const uint SP_FAC = 0;                                 // [NL * NH, MAX_SPLITS] mass factors

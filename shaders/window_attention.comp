@@ -55,7 +55,6 @@ float total[G];        // [G] each query head's sum of exp(score - max), the max
 
 shared float wg_ms[2 * NSUB * G];  // every subgroup's maxima, then sums [2, NSUB, G]
 shared vec4 wg_o[G * H4];          // the merged outputs
-shared bool wg_last;               // this run is the last of its head to finish
 
 // exp(m - to), 0 where m is -inf (a subgroup or a run that saw no key: to may be -inf too).
 float weight_of(float m, float to) {
@@ -230,15 +229,7 @@ void main() {
             splits[SP_SUM + (g * G + j) * MAX_SPLITS + run] = total[j];
         }
     }
-    memoryBarrierBuffer();  // release: the partials before the count
-    barrier();
-    if (gl_LocalInvocationID.x == 0) {
-        wg_last = atomicAdd(counters[g], 1u) + 1 == WINDOW_SPLITS;
-    }
-    barrier();
-    if (!wg_last) return;
-    memoryBarrierBuffer();  // acquire: the other runs' partials after the count
-    if (gl_LocalInvocationID.x == 0) atomicExchange(counters[g], 0u);  // for the next layer
+    if (!last_to_finish(g, WINDOW_SPLITS)) return;
     float m_runs[G];
     [[unroll]] for (uint j = 0; j < G; j++) {
         uint head = (g * G + j) * MAX_SPLITS;
