@@ -187,3 +187,13 @@ def test_gemma3_decode_allocates_no_numpy_buffers(tmp_path_factory, vk_backend) 
     words (the window row and fill): still no numpy buffer a step."""
     model = tiny(tmp_path_factory, QT.F32, seed=4, **MODELS["gemma3"])
     assert_steps_allocate_nothing(Conversation(model, POLICY, backend=vk_backend), TOKENS)
+
+
+def test_delta_rule_heads_the_shader_cannot_split_are_refused_by_name() -> None:
+    from engine.backends.vulkan.loader import UnsupportedModelForVulkanError
+    from engine.backends.vulkan.recurrent import delta_lanes
+
+    assert delta_lanes(128, 1024) == 4  # Qwen3.5's heads: a quarter row an invocation
+    assert delta_lanes(128, 256) == 2  # a smaller workgroup limit: half rows
+    with pytest.raises(UnsupportedModelForVulkanError, match="multiple of 4.*--backend ggml"):
+        delta_lanes(130, 1024)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...align import ceil_div
+from .loader import UnsupportedModelForVulkanError
 
 if TYPE_CHECKING:
     from .passes import PassRecorder, PassShape
@@ -28,7 +29,9 @@ def delta_lanes(head_dim: int, max_invocations: int) -> int:
     for lanes in (4, 2, 1):
         if head_dim % (4 * lanes) == 0 and head_dim * lanes <= max_invocations:
             return lanes
-    raise ValueError(f"delta-rule heads {head_dim} wide: the Vulkan shader needs a multiple of 4")
+    raise UnsupportedModelForVulkanError(
+        f"the Vulkan backend runs delta-rule heads a multiple of 4 wide, not {head_dim}; "
+        f"use --backend ggml")
 
 
 def record_short_conv(rec: PassRecorder, shape: PassShape, lw: LayerMatrices,
