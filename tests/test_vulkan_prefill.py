@@ -213,6 +213,11 @@ def test_routing() -> None:
     assert product_tile(GPU, 40, False, 32) == ("matmul_tiled", 32, 128)
     assert product_tile(GPU, 16, False, 32) == ("matmul_tiled", 16, 64)
     assert product_tile(replace(GPU, coopmat=False), 64, True, 32)[0] == "matmul_tiled"
+    # coopmat_wide: 64-token tiles for a product that still launches that many workgroups
+    wide = replace(GPU, coopmat_tokens=32, coopmat_wide=256)
+    assert product_tile(wide, 256, True, 32, row_tiles=64)[1] == 64  # 64 x 4 workgroups
+    assert product_tile(wide, 256, True, 32, row_tiles=63)[1] == 32
+    assert product_tile(wide, 64, True, 32, row_tiles=255)[1] == 32  # one token tile
     with pytest.raises(ValueError):  # attention_prefill's invocations own whole score columns
         replace(GPU, prefill_queries=6)
     with pytest.raises(ValueError, match="coopmat_tokens 32 or 64"):  # the shader's layouts

@@ -29,10 +29,13 @@ def tiled(t: Tuning, shape: PassShape) -> bool:
     return not shape.decode and 0 < t.tiled_from <= shape.bucket
 
 
-def product_tile(t: Tuning, bucket: int, coopmat: bool, subgroup: int) -> tuple[str, int, int]:
-    """(shader, tokens per tile, workgroup size) of a tiled product over `bucket` tokens."""
+def product_tile(t: Tuning, bucket: int, coopmat: bool, subgroup: int,
+                 row_tiles: int = 1) -> tuple[str, int, int]:
+    """(shader, tokens per tile, workgroup size) of a tiled product over `bucket` tokens
+    whose output rows make `row_tiles` tiles."""
     if coopmat and t.coopmat:
-        return "matmul_coopmat", t.coopmat_tokens, COOPMAT_SUBGROUPS * subgroup
+        wide = 0 < t.coopmat_wide <= row_tiles * ceil_div(bucket, 64)
+        return "matmul_coopmat", 64 if wide else t.coopmat_tokens, COOPMAT_SUBGROUPS * subgroup
     tokens = 64 if bucket >= 64 else 32 if bucket >= 32 else 16
     return "matmul_tiled", tokens, (TILE_ROWS // 4) * (tokens // 4)  # 4 x 4 outputs each
 
@@ -52,9 +55,10 @@ def record_product(rec: PassRecorder, shape: PassShape, mode: int, m: Matrix, *,
     if not tiled(rec.t, shape):
         return False
     ctx = rec.pipes.ctx
-    shader, tokens, wg = product_tile(rec.t, shape.bucket, ctx.coopmat, ctx.subgroup_size)
     rows = m.rows // 2 if gate_up else m.rows
     out_rows = TILE_ROWS // 2 if gate_up else TILE_ROWS
+    shader, tokens, wg = product_tile(rec.t, shape.bucket, ctx.coopmat, ctx.subgroup_size,
+                                      ceil_div(rows, out_rows))
     spec = {"WG": wg, "R": TILE_ROWS, "T": tokens, "QTYPE": m.qtype, "MODE": mode,
             "NORM": int(norm is not None), "K": m.cols, "M": rows, **(extra or {})}
     groups = (ceil_div(rows, out_rows), ceil_div(shape.bucket, tokens))

@@ -38,6 +38,10 @@ class Tuning:
     tiled_from: int = 0  # prefill buckets this large use the tiled shaders (0: never)
     coopmat: bool = False  # tiled products on cooperative matrices where the device has them
     coopmat_tokens: int = 64  # tokens per cooperative-matrix tile: 64 or 32
+    # A product whose 64-token tiles would still launch this many workgroups takes them
+    # instead (0: every product takes coopmat_tokens): a larger model's products have rows
+    # enough to fill the GPU with the larger tile, which stages each weight block half as often.
+    coopmat_wide: int = 0
     # Tiled prefill attention (shaders/attention_prefill.comp): queries per workgroup (4, 8 or
     # 16), and at most how many workgroups share one query tile's slots (1: a workgroup walks
     # them all; more: runs of slots, folded by the last run to finish, see split.glsl).

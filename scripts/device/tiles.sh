@@ -1,0 +1,39 @@
+#!/bin/bash
+# One device call, no weights carried: each prefill product's device time under
+# cooperative-matrix tiles of 32 tokens (the GPU tuning) and of 64, per model shape, for
+# prefill.py's choice of tile per product (scripts/profile_vulkan.py --variant).
+# carry: .gl .whl .model/tokenizer.gguf        ($OUT: <preset>-tiles.jsonl)
+#   PRESETS="1.7b qwen2.5-0.5b gemma3-270m" VARIANTS="coopmat_tokens=64 coopmat_wide=256" \
+#       bash scripts/device/tiles.sh
+source scripts/device/common.sh
+setup
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
+for preset in $PRESETS; do
+    synth_model "$preset" &
+done
+wait
+variants=""
+for v in ${VARIANTS:-coopmat_tokens=64}; do variants="$variants --variant $v"; done
+for preset in $PRESETS; do
+    # shellcheck disable=SC2086  # $variants: one --variant option per word
+    timeout 150 python3 scripts/profile_vulkan.py --model "$STATE/$preset-q4k.gguf" \
+        --cache-dir "$STATE/cache" --contexts 16 --prefill 2048 \
+        $variants > "$OUT/$preset-tiles.jsonl" 2>&1 || true
+    python3 - "$preset" "$OUT/$preset-tiles.jsonl" <<'PY'
+import collections, json, sys
+for line in open(sys.argv[2]):
+    if not line.startswith("{"):
+        print(line.rstrip()[-200:])
+        continue
+    r = json.loads(line)
+    if r.get("what") != "prefill":
+        continue
+    ms = collections.Counter()
+    for chunk in r["gpu_per_chunk"]:
+        for name, v in chunk.items():
+            ms[name] += v["us"] / 1000
+    print(sys.argv[1], r["variant"] or "base", r["tok_s"],
+          {k: round(v, 2) for k, v in ms.most_common(8)})
+PY
+done
+say "tiles.sh done at ${SECONDS}s"
