@@ -1,7 +1,7 @@
 #!/bin/bash
-# One device call, no weights carried: each prefill product's device time under
-# cooperative-matrix tiles of 32 tokens (the GPU tuning) and of 64, per model shape, for
-# prefill.py's choice of tile per product (scripts/profile_vulkan.py --variant).
+# One device call, no weights carried: each product's device time in a decode step and in a
+# 2048-token prefill, under the GPU tuning and each of VARIANTS (scripts/profile_vulkan.py
+# --variant; default: cooperative-matrix tiles of 64 tokens), per model shape.
 # carry: .gl .whl .model/tokenizer.gguf        ($OUT: <preset>-tiles.jsonl)
 #   PRESETS="1.7b qwen2.5-0.5b gemma3-270m" VARIANTS="coopmat_tokens=64 coopmat_wide=256" \
 #       bash scripts/device/tiles.sh
@@ -26,14 +26,17 @@ for line in open(sys.argv[2]):
         print(line.rstrip()[-200:])
         continue
     r = json.loads(line)
-    if r.get("what") != "prefill":
+    if r.get("what") == "decode":  # one step's products
+        ms = collections.Counter({k: v["us"] / 1000 for k, v in r["gpu"].items()})
+    elif r.get("what") == "prefill":  # the prompt's products, over its chunks
+        ms = collections.Counter()
+        for chunk in r["gpu_per_chunk"]:
+            for name, v in chunk.items():
+                ms[name] += v["us"] / 1000
+    else:
         continue
-    ms = collections.Counter()
-    for chunk in r["gpu_per_chunk"]:
-        for name, v in chunk.items():
-            ms[name] += v["us"] / 1000
-    print(sys.argv[1], r["variant"] or "base", r["tok_s"],
-          {k: round(v, 2) for k, v in ms.most_common(8)})
+    print(sys.argv[1], r["what"], r["variant"] or "base", r["tok_s"],
+          {k: round(v, 3) for k, v in ms.most_common(7)})
 PY
 done
 say "tiles.sh done at ${SECONDS}s"
