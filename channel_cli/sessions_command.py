@@ -138,7 +138,7 @@ def empty_trash_command(args: argparse.Namespace) -> int:
 
 
 def search_command(args: argparse.Namespace) -> int:
-    from engine.session.manage import search_sessions
+    from engine.session.search import search_sessions
 
     hits = search_sessions(data_dir(args), args.text)
     for hit in hits:

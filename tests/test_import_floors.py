@@ -28,9 +28,10 @@ FLOOR_OF = {unit: level for level, units in enumerate(FLOORS) for unit in units}
 # What the front end may import of the engine: the protocol's constants and types, the
 # session files' names, and the moves of those files (rename, trash, search: the session list
 # does them under the session's lock, as `channel sessions` does). Nothing that pulls in
-# numpy: the TUI must start fast (test_session_manage checks manage's imports).
+# numpy: the TUI must start fast (test_session_manage and test_session_search check their
+# imports).
 TUI_MAY_IMPORT = {"engine.process.protocol", "engine.process.events", "engine.process.flags",
-                  "engine.paths", "engine.session.manage"}
+                  "engine.paths", "engine.session.manage", "engine.session.search"}
 
 
 def module_name(path: Path) -> str:

@@ -1,5 +1,6 @@
-"""Issue 30, item 3: sessions renamed, deleted to the trash and restored, and searched, as
-files (engine/session/manage.py), on real sessions of the tiny model."""
+"""Issue 30, item 3: sessions renamed, deleted to the trash and restored, as files
+(engine/session/manage.py), on real sessions of the tiny model (searched:
+test_session_search.py)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,9 @@ from engine.errors import SessionBusyError
 from engine.session.manage import (
     SessionFilesError,
     delete_session,
-    excerpt,
     list_trash,
     rename_session,
     restore_deleted,
-    search_sessions,
 )
 from engine.session.owner import acquire_session
 from engine.session.session import Session
@@ -148,22 +147,6 @@ def test_delete_goes_to_the_trash_and_restore_brings_it_back(tmp_path) -> None:
         restore_deleted(tmp_path, "nothing")
     with pytest.raises(ValueError, match="no session 'gone'"):
         delete_session(tmp_path, "gone")
-
-
-def test_search_finds_names_and_message_text_with_an_excerpt(tmp_path) -> None:
-    StreamLog(tmp_path / "recipes.stream.jsonl").append("user", "how long to boil an egg")
-    log = StreamLog(tmp_path / "work.stream.jsonl")
-    log.append("user", "draft the quarterly report " + "and more words " * 10)
-    log.append("assistant", "Here is the Quarterly REPORT you asked for, with figures.")
-    hits = search_sessions(tmp_path, "quarterly report")
-    assert [(h.session, h.where) for h in hits] == [("work", "assistant")]
-    assert hits[0].excerpt == "Here is the Quarterly REPORT you asked for, with figures."
-    assert [(h.session, h.where, h.excerpt) for h in search_sessions(tmp_path, "RECIP")] == [
-        ("recipes", "name", "")]
-    assert search_sessions(tmp_path, "nowhere") == [] and search_sessions(tmp_path, " ") == []
-    long = "x" * 100 + "needle" + "y" * 100
-    cut = excerpt(long, 100, 6, width=20)
-    assert cut.startswith("…") and cut.endswith("…") and "needle" in cut and len(cut) == 20
 
 
 def test_the_front_end_may_import_it_without_numpy() -> None:

@@ -1,7 +1,7 @@
 """Ctrl+O: every session in the data directory; Enter switches to one (it boots warm).
 
 The search line filters the rows as one types, by name at once and by message text as soon as
-a thread has read the streams (engine/session/manage.py). F2 renames the highlighted
+a thread has read the streams (engine/session/search.py). F2 renames the highlighted
 session, Delete moves it to the trash in the data directory (after a Y), and U brings the
 last one deleted here back. The session open in this Channel is refused for both: the
 engine holds its files (switch to another first); one open in another Channel is refused
@@ -26,9 +26,9 @@ from engine.session.manage import (
     delete_session,
     rename_session,
     restore_deleted,
-    search_sessions,
     session_exists,
 )
+from engine.session.search import search_sessions
 
 from .. import format as fmt
 from ..sessions import SessionInfo, list_sessions

@@ -1,4 +1,5 @@
-"""Managing sessions as files: rename, delete to a trash folder and restore, search.
+"""Managing sessions as files: rename, delete to a trash folder and restore (search.py
+searches them).
 
 A session is its files in the data directory (paths.SessionFiles): the stream, the snapshot,
 the model record and the front end's settings. Each operation here holds the session's lock
@@ -14,7 +15,7 @@ left under the old name.
 A snapshot names its session only as information: a warm boot checks it against the
 stream's event ids (snapshot/restore.py), so a renamed session still boots warm.
 
-Only os, the stream reader and the lock are used: the front end may import this module
+Only os and the lock are used: the front end may import this module
 (tests/test_import_floors.py) without loading numpy.
 """
 
@@ -37,10 +38,8 @@ from ..paths import (
     tree_bytes,
 )
 from .owner import acquire_session
-from .stream import StreamLog
 
 TRASH_DIR = ".trash"  # in the data directory: hidden, and never a session name (no dot first)
-EXCERPT_CHARS = 60  # of a matching message, around the match
 # What these operations raise when they refuse or fail, each with a one-line message; a front
 # end catches these (it may not import engine.errors itself).
 FAILURES = (ChannelError, ValueError, OSError)
@@ -57,13 +56,6 @@ class TrashEntry:
     path: Path
     deleted_at: float  # the folder's mtime: when it was made
     size_bytes: int
-
-
-@dataclass(frozen=True)
-class SearchHit:
-    session: str
-    where: str  # "name" or the matching message's role ("user", "assistant", "system")
-    excerpt: str  # one line around the match; for a name match, ""
 
 
 def _moved_files(files: SessionFiles) -> list[Path]:
@@ -174,53 +166,6 @@ def empty_trash(data_dir: Path, older_than_s: float = 0.0) -> list[TrashEntry]:
                                     f"{exc.strerror or exc}") from None
         removed.append(entry)
     return removed
-
-
-def search_sessions(data_dir: Path, text: str, width: int = EXCERPT_CHARS) -> list[SearchHit]:
-    """Sessions whose name or any message holds `text` (case-insensitive), one hit each:
-    the name if it matches, else the newest matching message, as an excerpt of about
-    `width` characters around the match."""
-    needle = text.strip().casefold()
-    if not needle:
-        return []
-    hits = []
-    for name in _session_names(Path(data_dir)):
-        if needle in name.casefold():
-            hits.append(SearchHit(name, "name", ""))
-            continue
-        try:
-            events = StreamLog(SessionFiles(Path(data_dir), name).stream).read().events
-        except (ChannelError, OSError):
-            continue  # unreadable: not a match, and the list still shows the others
-        for event in reversed(events):
-            at = event.content.casefold().find(needle)
-            if at >= 0:
-                hits.append(SearchHit(name, event.role,
-                                     excerpt(event.content, at, len(needle), width)))
-                break
-    return hits
-
-
-def excerpt(content: str, at: int, length: int, width: int = EXCERPT_CHARS) -> str:
-    """One line of `content` around content[at:at+length], '…' where it was cut; at most
-    `width` characters in all."""
-    if len(content) > width:
-        width = max(length, width - 2)  # room for the two '…'
-    start = max(0, at - (width - length) // 2)
-    end = min(len(content), start + width)
-    start = max(0, end - width)
-    piece = " ".join(content[start:end].split())
-    return ("…" if start > 0 else "") + piece + ("…" if end < len(content) else "")
-
-
-def _session_names(data_dir: Path) -> list[str]:
-    try:
-        names = os.listdir(data_dir)
-    except OSError:
-        return []
-    found = {n[: -len(suffix)] for n in names for suffix in (STREAM_SUFFIX, SNAPSHOT_SUFFIX)
-             if n.endswith(suffix)}
-    return sorted(n for n in found if _valid(n))
 
 
 def _valid(name: str) -> bool:
