@@ -10,9 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from ulid import ULID
 
 from engine.model.chat_template import ChatTemplate
 from engine.model.model import load_model
+from engine.session.stream import StreamEvent
 from engine.session.transcript import Transcript
 
 FIXTURE = Path(__file__).parent / "fixtures" / "arch" / "qwen35.gguf"
@@ -76,3 +78,61 @@ def test_a_template_that_rewrites_replies_without_a_reasoning_prompt_is_refused(
     transcript.user_turn("hi")
     with pytest.raises(ValueError, match="rewrites assistant replies"):
         transcript.close_assistant("hello")
+
+
+@pytest.mark.parametrize("template", ["fixture", "qwen3-style"])
+def test_a_long_reasoning_chat_through_the_window_feeds_what_full_renders_feed(
+        qwen35, template) -> None:
+    """Past the first few turns a thinking template's turns are rendered through the window
+    (the first message and the last few), as other templates' are; every token fed must be
+    what rendering the whole history each time feeds."""
+    chat = qwen35.template if template == "fixture" else ChatTemplate(QWEN3_STYLE)
+    tok = qwen35.tokenizer
+    windowed, full = (Transcript(chat, tok, qwen35.fingerprint, qwen35.config.vocab_size)
+                      for _ in range(2))
+    full.window_ok = False  # never trusts a window: the whole history every time
+    replies = ("let me see</think>\n\nHello", "hmm\n</think>\n\nYes", "</think>No",
+               "a long think\nover lines\n</think>\n\nThe answer, at length.")
+    for turn in range(14):
+        question = f"question {turn}" + " and more" * (turn % 3)
+        assert windowed.user_turn(question) == full.user_turn(question), turn
+        reply = replies[turn % len(replies)]
+        assert windowed.close_assistant(reply) == full.close_assistant(reply), turn
+    assert windowed.window_ok is True and full.window_ok is False
+    assert windowed.messages == full.messages
+
+
+@pytest.mark.parametrize("template", ["fixture", "qwen3-style"])
+def test_a_transcript_restored_after_a_reasoned_reply_takes_the_next_question(
+        qwen35, template) -> None:
+    """A warm boot adopts the stream's messages (reset_to) without closing their replies
+    itself; the next question re-renders the last reply without its reasoning, and must be
+    fed as the live transcript feeds it, not refused as a template that is not
+    prefix-stable."""
+    chat = qwen35.template if template == "fixture" else ChatTemplate(QWEN3_STYLE)
+    tok = qwen35.tokenizer
+    live, restored = (Transcript(chat, tok, qwen35.fingerprint, qwen35.config.vocab_size)
+                      for _ in range(2))
+    for question, reply in (("Hi", "let me see</think>\n\nHello"), ("Again", "hmm</think>Yes")):
+        live.user_turn(question)
+        live.close_assistant(reply)
+    events = [StreamEvent(str(ULID()), m["role"], m["content"], "2026-12-07T00:00:00Z")
+              for m in live.messages]
+    restored.reset_to(events, awaiting_reply=False)
+    assert restored.user_turn("And now?") == live.user_turn("And now?")
+    assert restored.close_assistant("so</think>\n\nDone") == live.close_assistant(
+        "so</think>\n\nDone")
+
+
+def test_a_plain_template_has_no_reply_closing_to_restore(qwen35) -> None:
+    chatml = ChatTemplate(
+        "{%- for m in messages -%}{{- '<|im_start|>' + m['role'] + '\\n' + m['content']"
+        " + '<|im_end|>\\n' -}}{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}")
+    transcript = Transcript(chatml, qwen35.tokenizer, qwen35.fingerprint,
+                            qwen35.config.vocab_size)
+    transcript.reset_to([StreamEvent(str(ULID()), role, text, "2026-12-07T00:00:00Z")
+                         for role, text in (("user", "hi"), ("assistant", "hello"))], False)
+    assert transcript._reply_closing is None
+    assert qwen35.tokenizer.decode(transcript.user_turn("bye")) == (
+        "<|im_start|>user\nbye<|im_end|>\n<|im_start|>assistant\n")

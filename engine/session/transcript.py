@@ -19,7 +19,10 @@ the generation prompt) and render a past reply otherwise: its reasoning reformat
 is the newest reply, dropped once a later question follows. The ring keeps what was generated,
 reasoning included. After such a reply the transcript follows the template's rendering of the
 history, and a later message's tokens are what the template writes after the reply's closing
-(e.g. `<|im_end|>\n`): everything from the reply's end on (close_assistant, _extension).
+(e.g. `<|im_end|>\n`): everything from the reply's end on (close_assistant, _extension). The
+window serves these templates too, checked the same way: what a message adds depends on the
+last question, which the window holds. A transcript restored from a snapshot (reset_to)
+finds the reply's closing again by rendering a stand-in reply.
 """
 
 from __future__ import annotations
@@ -87,6 +90,31 @@ class Transcript:
         self.messages = [{"role": e.role, "content": e.content} for e in events]
         self.rendered = self.template.render(self.messages, add_generation_prompt=awaiting_reply)
         self.awaiting_reply = awaiting_reply
+        self._reply_closing = self._thinking_closing()
+
+    def _thinking_closing(self) -> str | None:
+        """What a thinking template writes after a reply, if the transcript holds one (None
+        for other templates): close_assistant learns it from each reply it closes, and a
+        transcript restored from a snapshot (reset_to) must know it too, or the next
+        question, which re-renders the last reply without its reasoning, would read as a
+        template that is not prefix-stable."""
+        last = next((i for i in range(len(self.messages) - 1, -1, -1)
+                     if self.messages[i]["role"] == "assistant"), None)
+        if last is None:
+            return None
+        head = self.messages[:last]
+        try:
+            plain = self.template.render(head, add_generation_prompt=False)
+            opened = self.template.render(head, add_generation_prompt=True)
+            if not opened.startswith(plain) or THINK_OPENING not in opened[len(plain) :]:
+                return None
+            probe = self.template.render(
+                head + [{"role": "assistant", "content": _SENTINEL_REPLY}],
+                add_generation_prompt=False)
+        except ChatTemplateError:  # a history it will not render alone (a reply first)
+            return None
+        at = probe.find(_SENTINEL_REPLY)
+        return probe[at + len(_SENTINEL_REPLY) :] if at >= 0 else None
 
     def user_turn(self, text: str) -> list[int]:
         """Tokens for a new user message plus the assistant generation prompt. If the
@@ -161,20 +189,26 @@ class Transcript:
         history renders otherwise (a thinking template's `<think>\n`): the tokens the template
         puts after a reply, found by rendering one that it keeps as it is; the transcript
         goes on from the history's rendering, as long as that keeps what came before the
-        reply's turn."""
-        history = self.template.render(self.messages, add_generation_prompt=False)
-        before = self.template.render(self.messages[:-1], add_generation_prompt=False)
-        probe = self.template.render(self.messages[:-1] + [
+        reply's turn. Through the window once it is trusted (the first message and the last
+        few): the three renders of the whole history made a long chat's every turn O(n)."""
+        windowed = bool(self.window_ok) and len(self.messages) >= WINDOW_FROM
+        messages = self._window() if windowed else self.messages
+        history = self.template.render(messages, add_generation_prompt=False)
+        before = self.template.render(messages[:-1], add_generation_prompt=False)
+        probe = self.template.render(messages[:-1] + [
             {"role": "assistant", "content": _SENTINEL_REPLY}], add_generation_prompt=False)
         at = probe.find(_SENTINEL_REPLY)
-        if not (history.startswith(before) and opened.startswith(before) and at >= 0):
+        if not (history.startswith(before) and (windowed or opened.startswith(before))
+                and at >= 0):
             raise ChatTemplateError(
                 "chat template is not prefix-stable: rendering a longer transcript changed "
                 "its beginning, so turns cannot be fed incrementally")
-        self.rendered = history
-        self.awaiting_reply = False
-        self.window_ok = False  # the history no longer extends what was fed, message by message
         self._reply_closing = probe[at + len(_SENTINEL_REPLY) :]
+        # Windowed, what was fed (the reply as generated): the next full render, if the
+        # window ever fails, cuts the text after this closing as it does after any reply.
+        self.rendered = (opened + self.messages[-1]["content"] + self._reply_closing
+                         if windowed else history)
+        self.awaiting_reply = False
         return self.tokenizer.encode(self._reply_closing)
 
     def _encode_new(self, text: str, content: str, at_start: bool) -> list[int]:
@@ -202,14 +236,12 @@ class Transcript:
             if windowed is not None and self.window_ok:
                 return windowed
         text = self.template.render(self.messages, add_generation_prompt=generation_prompt)
-        if not text.startswith(self.rendered) and appended and self._reply_closing:
+        if not text.startswith(self.rendered) and appended:
             # A thinking template re-rendered a past reply (its reasoning dropped): the new
             # message starts after the last reply's closing before it.
-            newest = self.messages[-1]["content"]
-            before = text.rfind(newest) if newest else len(text)
-            cut = text.rfind(self._reply_closing, 0, before)
-            if cut >= 0:
-                self.rendered = text[: cut + len(self._reply_closing)]
+            at = self._after_last_reply(text)
+            if at is not None:
+                self.rendered = text[:at]
         if not text.startswith(self.rendered):
             raise ChatTemplateError(
                 "chat template is not prefix-stable: rendering a longer transcript changed "
@@ -227,12 +259,31 @@ class Transcript:
     def _windowed_extension(self, generation_prompt: bool, appended: bool) -> str | None:
         """The extension rendered through a window: the first message, then the last few
         from an odd index on, so the newest keeps its parity. None if the window's renders
-        do not extend each other. Only an `appended` message is new: a generation prompt
-        after a message already rendered (a pending one) must not render it again."""
-        start = len(self.messages) - 4
-        start -= 1 - start % 2  # odd: (newest - start + 1) has the newest's parity
-        window = self.messages[:1] + self.messages[start:]
+        do not extend each other (nor, after a thinking template's reply, continue after
+        its closing). Only an `appended` message is new: a generation prompt after a
+        message already rendered (a pending one) must not render it again."""
+        window = self._window()
         rendered = window[:-1] if appended else window
         before = self.template.render(rendered, add_generation_prompt=self.awaiting_reply)
         after = self.template.render(window, add_generation_prompt=generation_prompt)
-        return after[len(before) :] if after.startswith(before) else None
+        if after.startswith(before):
+            return after[len(before) :]
+        at = self._after_last_reply(after) if appended else None
+        return None if at is None else after[at:]
+
+    def _window(self) -> list[dict]:
+        """The first message and the last few, from an odd index on."""
+        start = len(self.messages) - 4
+        start -= 1 - start % 2  # odd: (newest - start + 1) has the newest's parity
+        return self.messages[:1] + self.messages[start:]
+
+    def _after_last_reply(self, text: str) -> int | None:
+        """Where the newest message's part of `text` (a rendering ending with it) starts
+        after a thinking template's reply: past the last reply's closing before it; None if
+        no such reply was closed."""
+        if not self._reply_closing:
+            return None
+        newest = self.messages[-1]["content"]
+        before = text.rfind(newest) if newest else len(text)
+        cut = text.rfind(self._reply_closing, 0, before)
+        return None if cut < 0 else cut + len(self._reply_closing)
