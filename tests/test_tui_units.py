@@ -26,6 +26,7 @@ PROTOCOL_MODULES = {"engine", "engine.errors", "engine.paths", "engine.process",
                     "engine.state.sampling", "engine.text",
                     # Moving session files (rename, trash, search): files and locks only.
                     "engine.session", "engine.session.manage", "engine.session.owner",
+                    "engine.session.search",
                     "engine.session.stream", "engine.fileio"}
 
 
