@@ -91,8 +91,10 @@ def sweep_prefill(args, model, backend, policy) -> None:
     for n in args.prompts:
         ids = synthetic_tokens(vocab, n, 0)
         for splits, queries, coopmat, tile_tokens in combos:
+            # every product in tiles of tile_tokens: no wide tiles by product size
             backend.tuning = replace(base, prefill_splits=splits, prefill_queries=queries,
-                                     coopmat=bool(coopmat), coopmat_tokens=tile_tokens)
+                                     coopmat=bool(coopmat), coopmat_tokens=tile_tokens,
+                                     coopmat_wide=0)
             conv = Conversation(model, policy, backend=backend)
             mark = conv.ring.mark()
             conv.ingest(ids)  # records the passes and specializes the pipelines

@@ -1,9 +1,10 @@
 #!/bin/bash
 # One device call, no weights carried: each product's device time in a decode step and in a
 # 2048-token prefill, under the GPU tuning and each of VARIANTS (scripts/profile_vulkan.py
-# --variant; default: cooperative-matrix tiles of 64 tokens), per model shape.
+# --variant; default: every product in 32-token tiles, then in 64, against the tuning's
+# choice by product size, coopmat_wide), per model shape.
 # carry: .gl .whl .model/tokenizer.gguf        ($OUT: <preset>-tiles.jsonl)
-#   PRESETS="1.7b qwen2.5-0.5b gemma3-270m" VARIANTS="coopmat_tokens=64 coopmat_wide=256" \
+#   PRESETS="1.7b qwen2.5-0.5b gemma3-270m" VARIANTS="coopmat_wide=0 coopmat_wide=128" \
 #       bash scripts/device/tiles.sh
 source scripts/device/common.sh
 setup
@@ -13,7 +14,7 @@ for preset in $PRESETS; do
 done
 wait
 variants=""
-for v in ${VARIANTS:-coopmat_tokens=64}; do variants="$variants --variant $v"; done
+for v in ${VARIANTS:-coopmat_wide=0 coopmat_tokens=64}; do variants="$variants --variant $v"; done
 for preset in $PRESETS; do
     # shellcheck disable=SC2086  # $variants: one --variant option per word
     timeout 150 python3 scripts/profile_vulkan.py --model "$STATE/$preset-q4k.gguf" \

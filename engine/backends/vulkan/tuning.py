@@ -108,10 +108,16 @@ CPU = Tuning(wg=32, rows=8, split=1, max_tokens=4, prefill_chunk=128, small_wg=3
 # model of the shipped shape, variants interleaved): a 2048-token prompt's device time 62.6 ms
 # in 64-token product tiles, 55.4 in 32 (the products 35.3 -> 28.2 ms), 54.3 with 8-query
 # attention tiles (attention 21.2 -> 19.9 ms); 16-token product tiles were slower than 64.
+# coopmat_wide 384: on larger shapes 64-token tiles won (2026-12-07 evening, H200,
+# scripts/device/shapes.sh, one run each, 2048-token prompts: 7,763 against 6,178 tok/s on the
+# 1.7B shape, 21,120 against 20,238 on Qwen2.5 0.5B's), so the products that still launch 384
+# workgroups with them (about three per SM of 132) take them: the 1.7B's and 8B's gate|up and
+# q|k|v, Qwen2.5's gate|up; every product of the shipped shape (at most 192) keeps 32.
 GPU = Tuning(wg=128, rows=2, split=32, max_tokens=4, prefill_chunk=256, small_wg=128,
              split_slots=64, max_splits=64, fold_loads=8, split_subgroups=4, value_loads=8,
              pv_tile=True, mass_split=16, tiled_from=16, coopmat=True, coopmat_tokens=32,
-             prefill_queries=8, prefill_splits=16, prefill_run_tiles=8, logits_rows=4)
+             coopmat_wide=384, prefill_queries=8, prefill_splits=16, prefill_run_tiles=8,
+             logits_rows=4)
 
 
 def for_heads(t: Tuning, head_dim: int, subgroup: int, slots: int) -> Tuning:
