@@ -7,6 +7,7 @@ reply's closing (engine/session/transcript.py).
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,12 @@ from ulid import ULID
 
 from engine.model.chat_template import ChatTemplate
 from engine.model.model import load_model
+from engine.session.fork import fork_session
+from engine.session.session import Session
 from engine.session.stream import StreamEvent
 from engine.session.transcript import Transcript
+from engine.state.ring_policy import RingPolicy
+from engine.state.sampler import SamplingSettings
 
 FIXTURE = Path(__file__).parent / "fixtures" / "arch" / "qwen35.gguf"
 
@@ -136,3 +141,22 @@ def test_a_plain_template_has_no_reply_closing_to_restore(qwen35) -> None:
     assert transcript._reply_closing is None
     assert qwen35.tokenizer.decode(transcript.user_turn("bye")) == (
         "<|im_start|>user\nbye<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_a_qwen3_template_session_boots_warm_and_answers_as_the_live_one(
+        qwen35, tmp_path) -> None:
+    """End to end through a snapshot: with Qwen3's template, a session that boots warm
+    behind a reply (reset_to) answers the next question as the saving process does."""
+    model = dataclasses.replace(qwen35, template=ChatTemplate(
+        QWEN3_STYLE, qwen35.template.bos_token, qwen35.template.eos_token))
+    policy = RingPolicy(max_slots=96, recent_window=8, evict_batch=8, prefill_chunk=16)
+    live = Session(model, tmp_path, "live", policy)
+    live.boot()
+    live.turn("Tell me about the sea.", SamplingSettings(), max_tokens=8)
+    assert live.save().status.name == "SAVED"
+    fork_session(tmp_path, "live", "warm")
+    warm = Session(model, tmp_path, "warm", policy)
+    assert warm.boot().kind == "warm"
+    want = live.turn("And the mountains?", SamplingSettings(), max_tokens=8)
+    got = warm.turn("And the mountains?", SamplingSettings(), max_tokens=8)
+    assert got.reply_ids == want.reply_ids and len(want.reply_ids) > 0
