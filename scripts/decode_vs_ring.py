@@ -39,7 +39,8 @@ def rss_mb() -> float:
     return float("nan")
 
 
-def measure_channel(model: str | None, occupancy: tuple[int, ...]) -> dict[int, float]:
+def measure_channel(model: str | None, occupancy: tuple[int, ...],
+                    repeats: int = REPEATS) -> dict[int, float]:
     from engine.backends.ggml.backend import GgmlBackend  # noqa: PLC0415
     from engine.conversation import Conversation  # noqa: PLC0415
     from engine.model.model import load_model  # noqa: PLC0415
@@ -48,7 +49,7 @@ def measure_channel(model: str | None, occupancy: tuple[int, ...]) -> dict[int, 
     backend, vocab, out = GgmlBackend(), loaded.config.vocab_size, {}
     for fill in occupancy:
         runs = []
-        for rep in range(REPEATS):
+        for rep in range(repeats):
             conv = Conversation(loaded, backend=backend)
             conv.ingest(tokens(max(fill, 1), vocab, 1))
             warm_up, *steps = tokens(DECODE_TOKENS + 1, vocab, 2 + rep)
@@ -62,8 +63,8 @@ def measure_channel(model: str | None, occupancy: tuple[int, ...]) -> dict[int, 
     return out
 
 
-def measure_llama(model: str | None, threads: int,
-                  occupancy: tuple[int, ...]) -> dict[int, float]:
+def measure_llama(model: str | None, threads: int, occupancy: tuple[int, ...],
+                  repeats: int = REPEATS) -> dict[int, float]:
     import llama_cpp  # noqa: PLC0415 - only in the llama.cpp environment
     from llamacpp_token_ids import default_model_path  # noqa: PLC0415 - sibling script
 
@@ -72,7 +73,7 @@ def measure_llama(model: str | None, threads: int,
     vocab, out = llm.n_vocab(), {}
     for fill in occupancy:
         runs = []
-        for rep in range(REPEATS):
+        for rep in range(repeats):
             llm.reset()
             llm.eval(tokens(max(fill, 1), vocab, 1))
             warm_up, *steps = tokens(DECODE_TOKENS + 1, vocab, 2 + rep)
@@ -114,13 +115,14 @@ def main() -> None:
     parser.add_argument("--model", default=None)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--occupancy", type=int, nargs="+", default=list(OCCUPANCY))
+    parser.add_argument("--repeats", type=int, default=REPEATS)
     args = parser.parse_args()
     if args.mode == "plot":
         plot(*args.paths[:3])
         return
     occupancy = tuple(args.occupancy)
-    result = (measure_channel(args.model, occupancy) if args.mode == "channel"
-              else measure_llama(args.model, args.threads, occupancy))
+    result = (measure_channel(args.model, occupancy, args.repeats) if args.mode == "channel"
+              else measure_llama(args.model, args.threads, occupancy, args.repeats))
     model = Path(args.model).name if args.model else "SmolLM2-135M-Instruct.Q4_1.gguf"
     # Resident memory with the model and one context (Channel: one 4096-slot ring).
     args.paths[0].write_text(json.dumps({"engine": args.mode, "model": model,
