@@ -108,11 +108,15 @@ class Transcript:
             opened = self.template.render(head, add_generation_prompt=True)
             if not opened.startswith(plain) or THINK_OPENING not in opened[len(plain) :]:
                 return None
-            probe = self.template.render(
-                head + [{"role": "assistant", "content": _SENTINEL_REPLY}],
-                add_generation_prompt=False)
+            return self._closing_after(head)
         except ChatTemplateError:  # a history it will not render alone (a reply first)
             return None
+
+    def _closing_after(self, head: list[dict]) -> str | None:
+        """What the template writes after a reply that follows `head`, found by rendering a
+        stand-in reply (one it keeps as it is); None if the stand-in does not survive."""
+        probe = self.template.render(head + [{"role": "assistant", "content": _SENTINEL_REPLY}],
+                                     add_generation_prompt=False)
         at = probe.find(_SENTINEL_REPLY)
         return probe[at + len(_SENTINEL_REPLY) :] if at >= 0 else None
 
@@ -195,15 +199,13 @@ class Transcript:
         messages = self._window() if windowed else self.messages
         history = self.template.render(messages, add_generation_prompt=False)
         before = self.template.render(messages[:-1], add_generation_prompt=False)
-        probe = self.template.render(messages[:-1] + [
-            {"role": "assistant", "content": _SENTINEL_REPLY}], add_generation_prompt=False)
-        at = probe.find(_SENTINEL_REPLY)
+        closing = self._closing_after(messages[:-1])
         if not (history.startswith(before) and (windowed or opened.startswith(before))
-                and at >= 0):
+                and closing is not None):
             raise ChatTemplateError(
                 "chat template is not prefix-stable: rendering a longer transcript changed "
                 "its beginning, so turns cannot be fed incrementally")
-        self._reply_closing = probe[at + len(_SENTINEL_REPLY) :]
+        self._reply_closing = closing
         # Windowed, what was fed (the reply as generated): the next full render, if the
         # window ever fails, cuts the text after this closing as it does after any reply.
         self.rendered = (opened + self.messages[-1]["content"] + self._reply_closing
