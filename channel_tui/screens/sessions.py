@@ -28,7 +28,7 @@ from engine.session.manage import (
     restore_deleted,
     session_exists,
 )
-from engine.session.search import search_sessions
+from engine.session.search import StreamTexts, search_sessions
 
 from .. import format as fmt
 from ..sessions import SessionInfo, list_sessions
@@ -59,6 +59,7 @@ class SessionListScreen(ModalScreen[str | None]):
         self.sessions: list[SessionInfo] = []
         self.shown: list[str] = []  # the rows' names, in order
         self.last_deleted: TrashEntry | None = None
+        self.texts = StreamTexts()  # the streams' messages, read once while the list is open
 
     def compose(self) -> ComposeResult:
         with Vertical(id="sessions-box", classes="dialog") as box:
@@ -101,8 +102,8 @@ class SessionListScreen(ModalScreen[str | None]):
 
     @work(thread=True, exclusive=True, group="search", exit_on_error=False)
     def search(self, text: str) -> None:
-        hits = {hit.session: hit.excerpt for hit in search_sessions(self.data_dir, text,
-                                                                      width=LAST_WIDTH)}
+        hits = {hit.session: hit.excerpt for hit in search_sessions(
+            self.data_dir, text, width=LAST_WIDTH, texts=self.texts)}
         self.app.call_from_thread(self.searched, text, hits)
 
     def searched(self, text: str, hits: dict[str, str]) -> None:

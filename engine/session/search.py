@@ -2,11 +2,12 @@
 list's search line.
 
 The list searches again at every keystroke, and reading every stream each time cost 280 ms
-for 40 sessions of 400 messages (9 MB). So the messages of each stream read are kept
-(StreamTexts), with the file's identity and the offset read up to. A stream only ever grows
-(appends; a rewind appends a retraction; a failed append is cut back to where it was), so a
-stream that grew is read from that offset on, and any other change (a file of another
-identity at the path, or one shorter than what was read) is read again from the start.
+for 40 sessions of 400 messages (9 MB). So while the list is open it keeps the messages of
+each stream read (StreamTexts), with the file's identity and the offset read up to. A stream
+only ever grows (appends; a rewind appends a retraction; a failed append is cut back to
+where it was), so a stream that grew is read from that offset on, and any other change (a
+file of another identity at the path, or one shorter than what was read) is read again
+from the start.
 
 Only os, threading and the stream reader are used: the front end imports this module
 (tests/test_import_floors.py) without loading numpy.
@@ -73,14 +74,13 @@ class StreamTexts:
                 del self._reads[path]
 
 
-_TEXTS = StreamTexts()  # this process's, shared by every search
-
-
 def search_sessions(data_dir: Path, text: str, width: int = EXCERPT_CHARS,
-                    texts: StreamTexts = _TEXTS) -> list[SearchHit]:
+                    texts: StreamTexts | None = None) -> list[SearchHit]:
     """Sessions whose name or any message holds `text` (case-insensitive), one hit each:
     the name if it matches, else the newest matching message, as an excerpt of about
-    `width` characters around the match."""
+    `width` characters around the match. `texts`: what earlier searches read (the sessions
+    list keeps one while it is open; None reads every stream)."""
+    texts = texts if texts is not None else StreamTexts()
     needle = text.strip().casefold()
     if not needle:
         return []
