@@ -5,7 +5,7 @@
 # choice by product size, coopmat_wide), per model shape.
 # carry: .gl .whl .model/tokenizer.gguf        ($OUT: <preset>-tiles.jsonl)
 #   PRESETS="1.7b qwen2.5-0.5b gemma3-270m" VARIANTS="coopmat_wide=0 coopmat_wide=128" \
-#       bash scripts/device/tiles.sh
+#       CONTEXTS=16,2000 bash scripts/device/tiles.sh      (decode contexts; default 16)
 source scripts/device/common.sh
 setup
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
@@ -18,7 +18,7 @@ for v in ${VARIANTS:-coopmat_wide=0 coopmat_tokens=64}; do variants="$variants -
 for preset in $PRESETS; do
     # shellcheck disable=SC2086  # $variants: one --variant option per word
     timeout 150 python3 scripts/profile_vulkan.py --model "$STATE/$preset-q4k.gguf" \
-        --cache-dir "$STATE/cache" --contexts 16 --prefill 2048 \
+        --cache-dir "$STATE/cache" --contexts "${CONTEXTS:-16}" --prefill 2048 \
         $variants > "$OUT/$preset-tiles.jsonl" 2>&1 || true
     python3 - "$preset" "$OUT/$preset-tiles.jsonl" <<'PY'
 import collections, json, sys
