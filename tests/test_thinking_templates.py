@@ -54,11 +54,29 @@ def qwen35(tmp_path_factory):
     return load_model(FIXTURE, tmp_path_factory.mktemp("thinking-cache"))
 
 
+def chatml(content: str = "m['content']") -> ChatTemplate:
+    """A ChatML template without reasoning; `content`: what each message's content renders
+    as (a Jinja expression over `m`)."""
+    return ChatTemplate(
+        "{%- for m in messages -%}{{- '<|im_start|>' + m['role'] + '\\n' + " + content
+        + " + '<|im_end|>\\n' -}}{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}")
+
+
+def thinking_template(model, name: str) -> ChatTemplate:
+    """The fixture's own (Qwen3.5's) template, or Qwen3's plain-conversation part."""
+    return model.template if name == "fixture" else ChatTemplate(QWEN3_STYLE)
+
+
+def transcript_of(model, chat: ChatTemplate) -> Transcript:
+    return Transcript(chat, model.tokenizer, model.fingerprint, model.config.vocab_size)
+
+
 @pytest.mark.parametrize("template", ["fixture", "qwen3-style"])
 def test_turns_after_reasoned_replies_feed_only_the_new_message(qwen35, template) -> None:
-    chat = qwen35.template if template == "fixture" else ChatTemplate(QWEN3_STYLE)
+    chat = thinking_template(qwen35, template)
     tok = qwen35.tokenizer
-    transcript = Transcript(chat, tok, qwen35.fingerprint, qwen35.config.vocab_size)
+    transcript = transcript_of(qwen35, chat)
     opening = "<|im_start|>assistant\n<think>\n"
     assert tok.decode(transcript.user_turn("Hi")) == f"<|im_start|>user\nHi<|im_end|>\n{opening}"
     assert tok.decode(transcript.close_assistant("let me see</think>\n\nHello")) == (
@@ -74,12 +92,7 @@ def test_turns_after_reasoned_replies_feed_only_the_new_message(qwen35, template
 def test_a_template_that_rewrites_replies_without_a_reasoning_prompt_is_refused(qwen35) -> None:
     """Only a reply opened by the generation prompt may close on the template's rendering;
     a template that rewrites a reply it did not open is refused, as before."""
-    upper = ChatTemplate(
-        "{%- for m in messages -%}{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] | upper"
-        " + '<|im_end|>\\n' -}}{%- endfor -%}"
-        "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}")
-    transcript = Transcript(upper, qwen35.tokenizer, qwen35.fingerprint,
-                            qwen35.config.vocab_size)
+    transcript = transcript_of(qwen35, chatml("m['content'] | upper"))
     transcript.user_turn("hi")
     with pytest.raises(ValueError, match="rewrites assistant replies"):
         transcript.close_assistant("hello")
@@ -91,10 +104,8 @@ def test_a_long_reasoning_chat_through_the_window_feeds_what_full_renders_feed(
     """Past the first few turns a thinking template's turns are rendered through the window
     (the first message and the last few), as other templates' are; every token fed must be
     what rendering the whole history each time feeds."""
-    chat = qwen35.template if template == "fixture" else ChatTemplate(QWEN3_STYLE)
-    tok = qwen35.tokenizer
-    windowed, full = (Transcript(chat, tok, qwen35.fingerprint, qwen35.config.vocab_size)
-                      for _ in range(2))
+    chat = thinking_template(qwen35, template)
+    windowed, full = transcript_of(qwen35, chat), transcript_of(qwen35, chat)
     full.window_ok = False  # never trusts a window: the whole history every time
     replies = ("let me see</think>\n\nHello", "hmm\n</think>\n\nYes", "</think>No",
                "a long think\nover lines\n</think>\n\nThe answer, at length.")
@@ -114,10 +125,8 @@ def test_a_transcript_restored_after_a_reasoned_reply_takes_the_next_question(
     itself; the next question re-renders the last reply without its reasoning, and must be
     fed as the live transcript feeds it, not refused as a template that is not
     prefix-stable."""
-    chat = qwen35.template if template == "fixture" else ChatTemplate(QWEN3_STYLE)
-    tok = qwen35.tokenizer
-    live, restored = (Transcript(chat, tok, qwen35.fingerprint, qwen35.config.vocab_size)
-                      for _ in range(2))
+    chat = thinking_template(qwen35, template)
+    live, restored = transcript_of(qwen35, chat), transcript_of(qwen35, chat)
     for question, reply in (("Hi", "let me see</think>\n\nHello"), ("Again", "hmm</think>Yes")):
         live.user_turn(question)
         live.close_assistant(reply)
@@ -130,12 +139,7 @@ def test_a_transcript_restored_after_a_reasoned_reply_takes_the_next_question(
 
 
 def test_a_plain_template_has_no_reply_closing_to_restore(qwen35) -> None:
-    chatml = ChatTemplate(
-        "{%- for m in messages -%}{{- '<|im_start|>' + m['role'] + '\\n' + m['content']"
-        " + '<|im_end|>\\n' -}}{%- endfor -%}"
-        "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}")
-    transcript = Transcript(chatml, qwen35.tokenizer, qwen35.fingerprint,
-                            qwen35.config.vocab_size)
+    transcript = transcript_of(qwen35, chatml())
     transcript.reset_to([StreamEvent(str(ULID()), role, text, "2026-12-07T00:00:00Z")
                          for role, text in (("user", "hi"), ("assistant", "hello"))], False)
     assert transcript._reply_closing is None
