@@ -15,13 +15,14 @@ import pytest
 from engine.backends.vulkan import FEATURES as VULKAN_FEATURES
 from engine.conversation import Conversation
 from engine.errors import UnsupportedArchitectureError
-from engine.model.architecture import ARCHITECTURES
+from engine.model.architecture import ARCHITECTURES, DELTA
 from engine.model.gguf_file import open_model
 from engine.model.model import load_model
 from engine.model.support import support_problem
 from engine.snapshot.identity import identity_of
 from engine.state.ring_policy import RingPolicy
 
+from .backend_stand_in import GpuBackendStandIn
 from .parity import run_steps
 from .tiny_model import TinySpec, field_value, write_tiny_gguf
 
@@ -165,17 +166,30 @@ QWEN35_FEATURES = frozenset({"delta_layers", "gated_query", "partial_rotary"})
 def test_auto_leaves_vulkan_for_an_architecture_the_shaders_lack(tmp_path) -> None:
     from engine.backends.select import Choice, fit_to_model
 
-    class GpuBackendStandIn:  # what fit_to_model reads: the name and declared features
-        name = "vulkan"
-        features = VULKAN_FEATURES - QWEN35_FEATURES
-
-    gpu = Choice(GpuBackendStandIn(), None)
+    gpu = Choice(GpuBackendStandIn(VULKAN_FEATURES - QWEN35_FEATURES), None)
     llama = open_model(write(tmp_path, VARIANTS["llama3-scaled"], "l.gguf")).config
     qwen2 = open_model(write(tmp_path, VARIANTS["qwen2"], "q.gguf")).config
     qwen35 = open_model(write(tmp_path, NOT_ON_VULKAN, "g.gguf")).config
     assert fit_to_model(gpu, "auto", llama) is gpu
     assert fit_to_model(gpu, "auto", qwen2) is gpu  # split-half RoPE and QKV bias: implemented
     assert fit_to_model(gpu, "vulkan", qwen35) is gpu  # asked for by name: Vulkan refuses it
+    assert fit_to_model(gpu, "auto", qwen35, tmp_path).backend.name in ("ggml", "numpy")
+
+
+def test_auto_leaves_vulkan_for_a_model_whose_sizes_its_shaders_refuse(tmp_path) -> None:
+    """Features Vulkan implements at sizes a shader cannot take (a delta-rule head no
+    multiple of 4 wide): `auto` runs the model on a CPU backend rather than failing at its
+    first pass; asked for by name, Vulkan still refuses it (make_forward)."""
+    from engine.backends.select import Choice, fit_to_model
+
+    def refuses(cfg):
+        return "delta-rule heads too wide" if DELTA in cfg.kinds else None
+
+    gpu = Choice(GpuBackendStandIn(VULKAN_FEATURES, refuses), None)
+    qwen35 = open_model(write(tmp_path, NOT_ON_VULKAN, "g.gguf")).config
+    llama = open_model(write(tmp_path, VARIANTS["llama3-scaled"], "l.gguf")).config
+    assert fit_to_model(gpu, "auto", llama) is gpu
+    assert fit_to_model(gpu, "vulkan", qwen35) is gpu
     assert fit_to_model(gpu, "auto", qwen35, tmp_path).backend.name in ("ggml", "numpy")
 
 
@@ -189,11 +203,7 @@ def test_auto_takes_numpy_for_a_model_ggml_lacks(tmp_path, monkeypatch) -> None:
     if available() is not None:
         pytest.skip(f"ggml is not built here: {available()}")
 
-    class GpuBackendStandIn:
-        name = "vulkan"
-        features = VULKAN_FEATURES - QWEN35_FEATURES
-
-    gpu = Choice(GpuBackendStandIn(), None)
+    gpu = Choice(GpuBackendStandIn(VULKAN_FEATURES - QWEN35_FEATURES), None)
     qwen35 = open_model(write(tmp_path, NOT_ON_VULKAN, "g.gguf")).config
     assert fit_to_model(gpu, "auto", qwen35, tmp_path).backend.name == "ggml"
     monkeypatch.setattr(select, "GGML_FEATURES", select.GGML_FEATURES - {"delta_layers"})
@@ -208,11 +218,8 @@ def test_placement_fits_backend_and_ring_to_each_model(tmp_path) -> None:
     architecture and a ring no longer than its trained context."""
     from engine.backends.select import Choice, Placement
 
-    class GpuBackendStandIn:
-        name = "vulkan"
-        features = VULKAN_FEATURES - QWEN35_FEATURES
-
-    placement = Placement(Choice(GpuBackendStandIn(), None), "auto", tmp_path, ring_slots=64)
+    gpu = GpuBackendStandIn(VULKAN_FEATURES - QWEN35_FEATURES)
+    placement = Placement(Choice(gpu, None), "auto", tmp_path, ring_slots=64)
     llama = open_model(write(tmp_path, VARIANTS["llama3-scaled"], "l.gguf")).config
     qwen35 = open_model(write(tmp_path, NOT_ON_VULKAN, "g.gguf")).config
     assert placement.backend(llama).name == "vulkan"

@@ -31,6 +31,7 @@ from engine.model.model import META_VERSION, load_model
 from engine.model.tensor_types import IQ_TYPES, READ_TYPE_NAMES, type_feature
 from engine.model.weights import image_plan
 
+from .backend_stand_in import GpuBackendStandIn
 from .parity import TOKENS, run_steps
 from .tiny_model import TinySpec, write_tiny_gguf
 
@@ -178,11 +179,7 @@ def test_vulkan_refuses_types_its_shaders_lack_and_auto_takes_a_cpu(iq_model, tm
     """Before, `auto` kept Vulkan for any llama model and its upload then failed on a tensor
     type its shaders lack (BF16, IQ, Q2_K); now the refusal comes first and the model
     runs on a CPU. A Q4_K model stays on the GPU (tests/test_vulkan_kquant.py)."""
-    class GpuBackendStandIn:  # what fit_to_model reads: the name and declared features
-        name = "vulkan"
-        features = VULKAN_FEATURES
-
-    gpu = Choice(GpuBackendStandIn(), None)
+    gpu = Choice(GpuBackendStandIn(VULKAN_FEATURES), None)
     bf16 = open_model(write_tiny_gguf(tmp_path / "bf16.gguf", TinySpec(
         tensor_type=QT.BF16))).config
     q4_0 = open_model(write_tiny_gguf(tmp_path / "q40.gguf", TinySpec(

@@ -189,11 +189,18 @@ def test_gemma3_decode_allocates_no_numpy_buffers(tmp_path_factory, vk_backend) 
     assert_steps_allocate_nothing(Conversation(model, POLICY, backend=vk_backend), TOKENS)
 
 
-def test_delta_rule_heads_the_shader_cannot_split_are_refused_by_name() -> None:
-    from engine.backends.vulkan.loader import UnsupportedModelForVulkanError
-    from engine.backends.vulkan.recurrent import delta_lanes
+def test_delta_rule_heads_the_shader_cannot_split_are_refused_by_name(tmp_path_factory,
+                                                                      vk_backend) -> None:
+    from dataclasses import replace
+
+    from engine.backends.base import model_problem
+    from engine.backends.vulkan.recurrent import delta_lanes, delta_width_problem
 
     assert delta_lanes(128, 1024) == 4  # Qwen3.5's heads: a quarter row an invocation
     assert delta_lanes(128, 256) == 2  # a smaller workgroup limit: half rows
-    with pytest.raises(UnsupportedModelForVulkanError, match="multiple of 4.*--backend ggml"):
-        delta_lanes(130, 1024)
+    assert delta_lanes(130, 1024) == 0
+    assert "multiple of 4" in delta_width_problem(130, 1024)
+    model = tiny(tmp_path_factory, QT.F32, **MODELS["qwen35"])
+    assert model_problem(vk_backend, model.config) is None
+    odd = replace(model.config, delta_head_dim=130)
+    assert "not 130" in model_problem(vk_backend, odd)

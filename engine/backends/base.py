@@ -31,34 +31,59 @@ HiddenCallback = Callable[[np.ndarray], None]  # receives final-normed hidden ro
 # (span, chunk, is the last one) -> False if the pass was stopped part-way (None: it ran)
 ChunkPass = Callable[[SlotSpan, Sequence[int], bool], "bool | None"]
 ProgressCallback = Callable[[int], None]  # receives the tokens of a prefill committed so far
+# (span, tokens, chunk size) -> the mass of each chunk of the span in order, or None if the
+# pass was stopped part-way: one pass over several chunks (prefill_in_chunks' `run_group`)
+GroupPass = Callable[[SlotSpan, Sequence[int], int], "list[np.ndarray] | None"]
 
 
 def prefill_in_chunks(ring: KVRing, tokens: Sequence[int], chunk_limit: int,
                       run_chunk: ChunkPass, *, anchors: bool = False,
                       should_stop: Callable[[], bool] | None = None,
-                      scored: bool = False, on_progress: ProgressCallback | None = None) -> bool:
+                      scored: bool = False, on_progress: ProgressCallback | None = None,
+                      run_group: GroupPass | None = None, group_limit: int = 0) -> bool:
     """Every backend's prefill loop: reserve ring slots for a chunk of at most `chunk_limit`
     tokens, run the backend's pass over it, commit it, report the tokens done so far to
     `on_progress`. `should_stop` is polled between chunks, and by a pass that can stop inside
     a chunk (ggml's); a stop returns False, leaving every committed chunk in place and, if it
     came inside one, that chunk's slots reserved and half written: the caller rebuilds the
     state after a stop (Session._withdraw). `scored`: the pass folds its mass into the ring's
-    scores itself (KVRing.commit)."""
+    scores itself (KVRing.commit).
+
+    `run_group` runs up to `group_limit` tokens, whole chunks of `chunk_limit`, as one pass
+    where the ring takes them without evicting or rebasing; it returns each chunk's mass, and
+    the chunks are committed one by one as if each had run alone, so the ring's scores come
+    out as the chunked loop's."""
     if not tokens:
         raise ValueError("prefill needs at least one token")
     limit = min(chunk_limit, ring.max_admit())
     if limit < 1:
         raise ValueError("the ring has no room for new tokens (anchors fill it)")
-    for start in range(0, len(tokens), limit):
+    start = 0
+    while start < len(tokens):
         if should_stop is not None and should_stop():
             return False
+        group = min(group_limit, len(tokens) - start) // limit * limit  # whole chunks
+        if run_group is not None and group > limit and ring.takes_whole(group):
+            span = ring.reserve(group)
+            masses = run_group(span, tokens[start : start + group], limit)
+            if masses is None:
+                return False
+            for offset, mass in zip(range(0, group, limit), masses, strict=True):
+                count = min(limit, group - offset)
+                ring.commit(SlotSpan(span.start + offset, count, span.pos + offset), mass,
+                            anchors=anchors, scored=scored)
+                if on_progress is not None:
+                    on_progress(start + offset + count)
+            start += group
+            continue
         chunk = tokens[start : start + limit]
         span = ring.reserve(len(chunk))
         if run_chunk(span, chunk, start + limit >= len(tokens)) is False:
             return False
         ring.commit(span, ring.arena.views().mass, anchors=anchors, scored=scored)
+        start += len(chunk)
         if on_progress is not None:
-            on_progress(start + len(chunk))
+            on_progress(start)
     return True
 
 
@@ -115,9 +140,14 @@ class Backend(Protocol):
 
     def make_forward(self, model: Model, ring: KVRing) -> ForwardPass: ...
 
+    def shape_problem(self, cfg: ModelConfig) -> str | None:
+        """Why this backend cannot run a model of these sizes although it implements its
+        features (a shader's width limit), or None."""
+
     def describe(self) -> dict: ...
 
 
 def model_problem(backend: Backend, cfg: ModelConfig) -> str | None:
     """Why `backend` cannot run a model of this config, or None."""
-    return backend_problem(cfg.features, cfg.architecture, backend.name, backend.features)
+    return (backend_problem(cfg.features, cfg.architecture, backend.name, backend.features)
+            or backend.shape_problem(cfg))

@@ -155,6 +155,20 @@ class KVRing:
         """The most tokens one reserve() may take: all but the anchors and the recent window."""
         return self.policy.max_slots - self.n_anchors - self.policy.recent_window
 
+    def takes_whole(self, count: int) -> bool:
+        """Whether reserve(count) would take `count` tokens with no eviction or rebase: then
+        reserving them at once or in any split leaves the ring in the same state."""
+        return (count <= self.max_admit() and self._excess_slots(count) <= 0
+                and not self._past_context(count))
+
+    def _excess_slots(self, count: int) -> int:
+        """How many live slots must go before `count` more fit (reserve evicts them)."""
+        return self.n_active + count - self.policy.max_slots
+
+    def _past_context(self, count: int) -> bool:
+        """Whether `count` more positions pass the model's context (reserve rebases)."""
+        return self.next_pos + count > self.cfg.context_length
+
     def turn_boundaries(self) -> list[int]:
         """Clock values of the most recent turn starts, oldest first."""
         v = self.arena.views()
@@ -174,10 +188,11 @@ class KVRing:
                 f"cannot admit {count} tokens at once into a ring of {self.policy.max_slots} "
                 f"slots holding {self.n_anchors} anchors (at most {self.max_admit()})"
             )
-        if self.n_active + count > self.policy.max_slots:
+        excess = self._excess_slots(count)
+        if excess > 0:
             self._thawed.wait()
-            self._evict(self.n_active + count - self.policy.max_slots)
-        if self.next_pos + count > self.cfg.context_length:
+            self._evict(excess)
+        if self._past_context(count):
             self._thawed.wait()
             rebase(self)
         return SlotSpan(self.n_active, count, self.next_pos)

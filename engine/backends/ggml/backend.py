@@ -15,6 +15,7 @@ import weakref
 from collections.abc import Callable, Iterator
 
 from ...errors import UnsupportedArchitectureError
+from ...model.config import ModelConfig
 from ...model.model import Model
 from ...state.arena import Allocator
 from ...state.kv_format import F16, KVFormat
@@ -73,6 +74,9 @@ class GgmlBackend:
         if weights is None:
             weights = self._weights[model.fingerprint] = GgmlWeights(model)
         return GgmlForward(self, weights, ring)
+
+    def shape_problem(self, cfg: ModelConfig) -> str | None:
+        return None  # ggml's kernels take any width
 
     def run(self, graph: StepGraph, *, timed: bool,
             should_stop: Callable[[], bool] | None = None) -> bool:

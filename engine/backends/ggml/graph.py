@@ -1,4 +1,4 @@
-"""One forward step as a ggml graph: n_q new tokens attending over the first n_kv ring slots.
+"""One forward step as a ggml graph: new tokens attending over the ring's first slots.
 
 The graph reads the GGUF's quantized blocks (GgmlWeights) and the conversation's arena
 (ArenaTensors) in place: new keys and values are scattered into their slots with set_rows,
@@ -11,11 +11,19 @@ A hybrid model's WINDOW layers (Gemma 3) attend over their own circular planes i
 ring, with inputs of their own: the rows the new tokens take (`wslots`) and a mask over the
 plane's rows (`wmask`), as engine/backends/numpy/window.py describes. CONV layers (LFM2) and
 DELTA layers (Qwen3.5) read and write their carries and states in the arena's planes.
+
+A graph's queries come in blocks, each attending the ring's first n_kv slots under its own
+mask: one block for a decode step or a prefill chunk, several for a group of prefill chunks
+(forward.py). Every other node takes all of a group's rows at once, so each quantized matrix
+is expanded once per group rather than once per chunk; each block's attention, and so its
+mass, is what its chunk alone would compute, and the blocks' masses are the graph's outputs
+(`masses`) for the ring to commit chunk by chunk.
 """
 
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -26,34 +34,49 @@ from .attend import Attend, key_group
 from .delta_block import DeltaBlocks
 from .hybrid_blocks import HybridBlocks
 from .lib import free_with, ggml
-from .step_inputs import StepInputs
+from .step_inputs import StepInputs, tensor_array
 from .weights import GgmlWeights
 
-GRAPH_NODES = 8192  # comfortably above the ~40 nodes per layer of the deepest model we run
+# Room for a graph's nodes: at least GRAPH_NODES, and per layer NODES_PER_LAYER plus
+# NODES_PER_BLOCK for each query block. The shipped model's layers take 55 nodes with one
+# block and 130 with four; an 80-layer model's group of four would pass 8192.
+GRAPH_NODES = 8192
+NODES_PER_LAYER, NODES_PER_BLOCK = 64, 40
 
 
 class StepGraph:
     """A built and allocated graph; GgmlBackend.run computes it on the filled inputs."""
 
     def __init__(self, weights: GgmlWeights, cfg: ModelConfig, arena: ArenaTensors,
-                 n_q: int, n_kv: int, *, hidden_rows: bool, dequantize: bool,
+                 blocks: Sequence[tuple[int, int]], *, hidden_rows: bool, dequantize: bool,
                  allocator, window_rows: int = 0) -> None:
-        """`window_rows`: how many of each window plane's first rows a one-token step
+        """`blocks`: (query rows, ring slots attended) of each block of the new tokens, in
+        order. `window_rows`: how many of each window plane's first rows a one-token step
         attends (0: all of them); a young conversation has written only the first few."""
         g = ggml()
-        self.n_q, self.n_kv = n_q, n_kv
+        if len(blocks) > 1 and WINDOW in cfg.kinds:  # window planes take one chunk at a time
+            raise ValueError("a graph of several query blocks cannot have WINDOW layers")
+        nodes = max(GRAPH_NODES,
+                    cfg.n_layers * (NODES_PER_LAYER + NODES_PER_BLOCK * len(blocks)))
         self._ctx = g.ggml_init(g.ggml_init_params(
-            mem_size=GRAPH_NODES * g.ggml_tensor_overhead()
-            + g.ggml_graph_overhead_custom(GRAPH_NODES, False),
+            mem_size=nodes * g.ggml_tensor_overhead()
+            + g.ggml_graph_overhead_custom(nodes, False),
             no_alloc=True))
         self._free = free_with(self, self._ctx)
-        self.graph = g.ggml_new_graph_custom(self._ctx, GRAPH_NODES, False)
+        self.graph = g.ggml_new_graph_custom(self._ctx, nodes, False)
         builder = _Builder(g, self._ctx, self.graph, weights, cfg, arena, dequantize,
                            window_rows or cfg.window)
-        inputs = builder.build(n_q, n_kv, hidden_rows=hidden_rows)
+        inputs = builder.build(blocks, hidden_rows=hidden_rows)
         if not g.ggml_gallocr_alloc_graph(allocator, self.graph):
-            raise MemoryError(f"ggml could not allocate a graph for {n_q} x {n_kv}")
-        self.inputs = StepInputs.of(inputs, cfg, n_q, n_kv, arena.k_cache[0].contents.ne[1])
+            raise MemoryError(f"ggml could not allocate a graph for the query blocks {blocks}")
+        self.inputs = StepInputs.of(inputs, cfg, blocks, arena.k_cache[0].contents.ne[1])
+        # (n_kv,) each: the blocks' attention mass per slot, once computed (several blocks;
+        # one block's goes to the arena's `mass`). Valid until close().
+        self._mass_tensors = builder.masses
+
+    def masses(self) -> list[np.ndarray]:
+        """Copies of the blocks' masses after a compute (graphs of several blocks)."""
+        return [tensor_array(t, np.float32).copy() for t in self._mass_tensors]
 
     def close(self) -> None:
         self._free()
@@ -87,16 +110,23 @@ class _Builder(Attend, HybridBlocks, DeltaBlocks):
         self.inputs[name] = t
         return t
 
-    def build(self, n_q: int, n_kv: int, *, hidden_rows: bool) -> dict[str, object]:
+    def build(self, blocks: Sequence[tuple[int, int]], *,
+              hidden_rows: bool) -> dict[str, object]:
         g, cfg, w = self.g, self.cfg, self.w
+        n_q = sum(rows for rows, _ in blocks)
+        # Equal blocks of several rows: f32 GEMMs take them one block at a time (matmul)
+        self.block_rows = blocks[0][0] if len({rows for rows, _ in blocks}) == 1 else 0
+        self.masses = []  # the blocks' masses where there are several (graph outputs)
         tokens = self.input("tokens", g.GGML_TYPE_I32, n_q)
         positions = self.input("positions", g.GGML_TYPE_I32, n_q)
         slots = self.input("slots", g.GGML_TYPE_I64, n_q)
-        mask = self.input("mask", g.GGML_TYPE_F32, n_kv, cfg.group_size * n_q)
+        masks = [self.input(f"mask{b}", g.GGML_TYPE_F32, n_kv, rows)
+                 for b, (rows, n_kv) in enumerate(blocks)]
         self.value_slots = (self.input("value_slots", g.GGML_TYPE_I64, cfg.kv_dim * n_q)
                             if self.arena.values_by_dimension else None)
         KVH = cfg.n_kv_heads
-        self.ones = self.input("ones", g.GGML_TYPE_F32, 1, cfg.group_size * n_q, KVH,
+        widest = max(rows for rows, _ in blocks)
+        self.ones = self.input("ones", g.GGML_TYPE_F32, 1, cfg.group_size * widest, KVH,
                                constant=True)
         self.key_heads = key_group(cfg.head_dim, KVH, cfg.group_size) if n_q == 1 else 1
         if self.key_heads > 1:  # attend.py's grouped decode product
@@ -109,19 +139,21 @@ class _Builder(Attend, HybridBlocks, DeltaBlocks):
         if WINDOW in cfg.kinds:
             window_keys = self.window_rows if n_q == 1 else cfg.window + n_q
             self.window_inputs = (self.input("wslots", g.GGML_TYPE_I64, n_q),
-                                  self.input("wmask", g.GGML_TYPE_F32, window_keys,
-                                             cfg.group_size * n_q))
+                                  self.input("wmask", g.GGML_TYPE_F32, window_keys, n_q))
             self.window_value_slots = (
                 self.input("wvalue_slots", g.GGML_TYPE_I64, min(n_q, cfg.window) * cfg.kv_dim)
                 if self.arena.values_by_dimension else None)
-        mass = None
+        masses = None  # each block's, summed over the FULL layers: (KVH, 1, n_kv)
         for layer, lw in enumerate(w.layers):
             plane = cfg.plane(layer)
             kind = cfg.kinds[layer]
             if kind == FULL:
-                attn, layer_mass = self.attention(plane, lw, x, positions, slots, mask, n_q,
-                                                  n_kv)
-                mass = layer_mass if mass is None else g.ggml_add(self.ctx, mass, layer_mass)
+                attn, layer_masses = self.attention(plane, lw, x, positions, slots, masks,
+                                                    blocks)
+                masses = layer_masses if masses is None else [
+                    g.ggml_add(self.ctx, total, m) for total, m in zip(masses, layer_masses)]
+                for total in masses:  # summed now, not at the end (see attention())
+                    self.emit(total)
             elif kind == CONV:
                 attn = self.short_conv(plane, lw, x, n_q)
             elif kind == DELTA:
@@ -131,13 +163,19 @@ class _Builder(Attend, HybridBlocks, DeltaBlocks):
             x = g.ggml_add(self.ctx, x, self.post_norm(attn, lw.post_attn_norm))
             ffn = self.feed_forward(lw, x)
             x = g.ggml_add(self.ctx, x, self.post_norm(ffn, lw.post_ffn_norm))
-        if mass is None:
+        if masses is None:
             raise ValueError("a model needs at least one full-attention layer for its ring")
-        # The per-K/V-head partial sums, summed (out_prod over dimension 1 once more).
-        mass = g.ggml_out_prod(self.ctx, g.ggml_reshape_2d(self.ctx, mass, n_kv, KVH),
-                               g.ggml_view_2d(self.ctx, self.ones, 1, KVH, 4, 0))  # (1, n_kv)
-        self.emit(g.ggml_cpy(self.ctx, g.ggml_reshape_1d(self.ctx, mass, n_kv),
-                             self.arena.mass(self.ctx, n_kv)))
+        for mass, (_, n_kv) in zip(masses, blocks):
+            # The per-K/V-head partial sums, summed (out_prod over dimension 1 once more).
+            mass = g.ggml_out_prod(self.ctx, g.ggml_reshape_2d(self.ctx, mass, n_kv, KVH),
+                                   g.ggml_view_2d(self.ctx, self.ones, 1, KVH, 4, 0))
+            if len(blocks) == 1:  # (1, n_kv)
+                self.emit(g.ggml_cpy(self.ctx, g.ggml_reshape_1d(self.ctx, mass, n_kv),
+                                     self.arena.mass(self.ctx, n_kv)))
+            else:  # kept until read (the output flag): the ring commits blocks one by one
+                g.ggml_set_output(mass)
+                self.emit(mass)
+                self.masses.append(mass)
         if hidden_rows:
             normed = self.norm(x, w.output_norm)
             self.emit(g.ggml_cpy(self.ctx, normed, self.arena.hidden(self.ctx, n_q)))
@@ -179,6 +217,13 @@ class _Builder(Attend, HybridBlocks, DeltaBlocks):
             rows = weight.contents.ne[1]
             index = g.ggml_view_1d(self.ctx, self.inputs["arange"], rows, 0)
             weight = g.ggml_get_rows(self.ctx, weight, index)
+            n, block = x.contents.ne[1], self.block_rows
+            if block and n > block and n % block == 0 and g.ggml_is_contiguous(x):
+                # One tiled GEMM per block of rows (ggml runs a 3-D product slice by slice),
+                # as each chunk alone would: a 2-D product of the group's whole batch
+                # measured 2% slower (forward.py's GROUP_CHUNKS, the same runs).
+                x = g.ggml_reshape_3d(self.ctx, x, x.contents.ne[0], block, n // block)
+                return g.ggml_reshape_2d(self.ctx, g.ggml_mul_mat(self.ctx, weight, x), rows, n)
         return g.ggml_mul_mat(self.ctx, weight, x)
 
     def norm(self, x, weight):
@@ -236,27 +281,6 @@ class _Builder(Attend, HybridBlocks, DeltaBlocks):
             q = self.norm(q, lw.q_norm)  # over each head's hd values
             k = self.norm(k, lw.k_norm)
         return q, k, v
-
-    def attention(self, plane: int, lw, x, positions, slots, mask, n_q: int, n_kv: int):
-        """A FULL layer: the new rows go to their ring slots, then attend over n_kv slots;
-        returns the projected output and this layer's attention mass per slot."""
-        g, ctx, cfg = self.g, self.ctx, self.cfg
-        q, k, v = self.project_qkv(lw, self.norm(x, lw.attn_norm), n_q)
-        q, k = self.rope(q, positions), self.rope(k, positions)
-        k_cache, v_cache = self.arena.k_cache[plane], self.arena.v_cache[plane]
-        # Scatter the new rows into their slots first; graph order makes the reads below see them.
-        self.emit(g.ggml_set_rows(ctx, k_cache, g.ggml_reshape_2d(ctx, k, cfg.kv_dim, n_q),
-                                  slots))
-        self.emit(self.store_values(v_cache, v, slots, self.value_slots))
-        out, probs = self.attend(q, k_cache, v_cache, mask, n_q, n_kv,
-                                 values_by_dimension=self.value_slots is not None)
-        # Attention mass per slot: out_prod sums over its second dimension, here each K/V
-        # head's (query, head) rows of the probabilities against ones; one output row per
-        # K/V head, so the threads share the work. build() sums the K/V heads at the end.
-        layer_mass = g.ggml_out_prod(ctx, probs, self.ones)  # (KVH, 1, n_kv)
-        if self.query_gate is not None:  # Qwen3.5: the output times sigmoid(gate)
-            out = g.ggml_mul(ctx, out, g.ggml_sigmoid(ctx, self.query_gate))
-        return self.matmul(lw.wo, out), layer_mass
 
     def feed_forward(self, lw, x):
         g, ctx = self.g, self.ctx

@@ -7,6 +7,7 @@ derives from the slots and window rows once those are filled.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,12 +25,14 @@ class StepInputs:
     # Values stored by dimension (empty otherwise): where each new value lands in a layer's
     # plane flattened, (n_q, kv_dim) int64: dimension j of the token in slot s at j * S + s.
     value_slots: np.ndarray
-    mask: np.ndarray  # (n_q, G, n_kv) float32: 0 where query row may attend a slot, else -inf
+    # one per query block, (rows, n_kv) float32: 0 where a query may attend a slot, else
+    # -inf (for every head); the blocks' rows in order are the n_q new tokens
+    masks: list[np.ndarray]
     # WINDOW layers (empty where there are none): the circular row of each new token, and
     # the mask over the keys a window layer attends: its plane's rows (decode, written first)
     # or the plane's old rows then the chunk's own keys (prefill).
     wslots: np.ndarray
-    wmask: np.ndarray  # (n_q, G, window keys)
+    wmask: np.ndarray  # (n_q, window keys)
     # Window value planes stored by dimension (empty otherwise): where the values of the
     # newest min(n_q, window) tokens land in a plane flattened, (kept, kv_dim) int64.
     window_value_slots: np.ndarray
@@ -38,20 +41,21 @@ class StepInputs:
     window_dimension_offsets: np.ndarray = field(repr=False)
 
     @classmethod
-    def of(cls, inputs: dict, cfg: ModelConfig, n_q: int, n_kv: int,
+    def of(cls, inputs: dict, cfg: ModelConfig, blocks: Sequence[tuple[int, int]],
            ring_slots: int) -> StepInputs:
         """Views of the named input tensors of an allocated graph (graph.py's builder names
         them), and its constants written: ones for summing rows, 0..rows-1 for gathers, the
         zero padding of a grouped decode product's queries (attend.py)."""
         G, none = cfg.group_size, np.empty((0, 0), np.int64)
+        n_q = sum(rows for rows, _ in blocks)
         windowed, by_dimension = "wslots" in inputs, "value_slots" in inputs
         kept = min(n_q, cfg.window) if windowed and by_dimension else 0
         dims = np.arange(cfg.kv_dim if by_dimension else 0, dtype=np.int64)
         tensor_array(inputs["ones"], np.float32)[:] = 1.0
         if "query_blocks" in inputs:
-            blocks = inputs["query_blocks"]  # (groups, heads * G, heads, head_dim)
-            tensor_array(blocks, np.float32)[:] = query_blocks(
-                cfg.head_dim, cfg.n_kv_heads, G, heads=blocks.contents.ne[1]).ravel()
+            padding = inputs["query_blocks"]  # (groups, heads * G, heads, head_dim)
+            tensor_array(padding, np.float32)[:] = query_blocks(
+                cfg.head_dim, cfg.n_kv_heads, G, heads=padding.contents.ne[1]).ravel()
         if "arange" in inputs:
             arange = tensor_array(inputs["arange"], np.int32)
             arange[:] = np.arange(arange.shape[0], dtype=np.int32)
@@ -61,10 +65,11 @@ class StepInputs:
             slots=tensor_array(inputs["slots"], np.int64),
             value_slots=(tensor_array(inputs["value_slots"], np.int64).reshape(n_q, cfg.kv_dim)
                          if by_dimension else none),
-            mask=tensor_array(inputs["mask"], np.float32).reshape(n_q, G, n_kv),
+            masks=[tensor_array(inputs[f"mask{b}"], np.float32).reshape(rows, n_kv)
+                   for b, (rows, n_kv) in enumerate(blocks)],
             wslots=tensor_array(inputs["wslots"], np.int64) if windowed else np.empty(0),
-            wmask=(tensor_array(inputs["wmask"], np.float32).reshape(n_q, G, -1) if windowed
-                   else np.empty((0, 0, 0), np.float32)),
+            wmask=(tensor_array(inputs["wmask"], np.float32).reshape(n_q, -1) if windowed
+                   else np.empty((0, 0), np.float32)),
             window_value_slots=(
                 tensor_array(inputs["wvalue_slots"], np.int64).reshape(kept, cfg.kv_dim)
                 if kept else none),

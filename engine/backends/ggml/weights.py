@@ -175,6 +175,13 @@ class GgmlWeights:
     def is_repacked(self, tensor: Tensor) -> bool:
         return ctypes.addressof(tensor.contents) in self._repacked
 
+    def expands_in_prefill(self) -> bool:
+        """Whether a prefill chunk expands some layer matrix to f32 (graph.py's matmul):
+        one that is quantized and not repacked."""
+        f32 = ggml().GGML_TYPE_F32
+        return any(m.contents.type != f32 and not self.is_repacked(m)
+                   for lw in self.layers for m in (lw.w_up, lw.w_down))
+
     def tensor(self, name: str) -> Tensor:
         try:
             return self._tensors[name]

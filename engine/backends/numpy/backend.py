@@ -6,6 +6,7 @@ model's dequantized f32 weight image.
 
 from __future__ import annotations
 
+from ...model.config import ModelConfig
 from ...model.model import Model
 from ...state.arena import Allocator
 from ...state.kv_format import REFERENCE
@@ -30,6 +31,9 @@ class NumpyBackend:
         if model.weights is None:
             raise ValueError("the numpy backend needs the model loaded with its f32 image")
         return Forward(model.weights, ring)
+
+    def shape_problem(self, cfg: ModelConfig) -> str | None:
+        return None  # the reference runs every size it loads
 
     def describe(self) -> dict:
         return {"backend": self.name, "arena_memory": "host"}

@@ -14,6 +14,8 @@ import weakref
 import numpy as np
 
 from ...align import align_up
+from ...model.architecture import DELTA
+from ...model.config import ModelConfig
 from ...model.model import Model
 from ...state.arena import Allocator
 from ...state.kv_format import REFERENCE
@@ -26,6 +28,7 @@ from .context import HOST_COHERENT, HOST_VISIBLE, Context, get_context
 from .forward import VulkanForward
 from .loader import UnsupportedModelForVulkanError
 from .pipelines import get_pipelines
+from .recurrent import delta_width_problem
 from .tuning import tuning_for
 from .upload import fill_zero
 from .weights import DeviceWeights, upload_weights
@@ -79,6 +82,11 @@ class VulkanBackend:
                                 self.tuning)
         self.snapshot_path = forward.snapshot_path
         return forward
+
+    def shape_problem(self, cfg: ModelConfig) -> str | None:
+        if DELTA in cfg.kinds:
+            return delta_width_problem(cfg.delta_head_dim, self.ctx.limits.max_invocations)
+        return None
 
     def describe(self) -> dict:
         info = self.ctx.info

@@ -25,13 +25,19 @@ if TYPE_CHECKING:
 def delta_lanes(head_dim: int, max_invocations: int) -> int:
     """Invocations per row of a delta-rule head's state (delta_rule.comp's LANES): 4 where
     the workgroup may be that large, so that a row's share fits the registers; each share
-    must be a whole number of vec4s."""
+    must be a whole number of vec4s. 0 where no split fits (delta_width_problem)."""
     for lanes in (4, 2, 1):
         if head_dim % (4 * lanes) == 0 and head_dim * lanes <= max_invocations:
             return lanes
-    raise UnsupportedModelForVulkanError(
-        f"the Vulkan backend runs delta-rule heads a multiple of 4 wide, not {head_dim}; "
-        f"use --backend ggml")
+    return 0
+
+
+def delta_width_problem(head_dim: int, max_invocations: int) -> str | None:
+    """Why delta_rule.comp cannot run heads `head_dim` wide on this device, or None."""
+    if delta_lanes(head_dim, max_invocations):
+        return None
+    return (f"the Vulkan backend runs delta-rule heads a multiple of 4 wide and at most "
+            f"{max_invocations} wide, not {head_dim}")
 
 
 def record_short_conv(rec: PassRecorder, shape: PassShape, lw: LayerMatrices,
@@ -66,6 +72,9 @@ def record_delta_net(rec: PassRecorder, shape: PassShape, lw: LayerMatrices,
     # The rule's output goes to the q rows: the projection there is spent.
     dk = cfg.delta_head_dim
     lanes = delta_lanes(dk, rec.pipes.ctx.limits.max_invocations)
+    if not lanes:  # VulkanBackend.shape_problem refuses such a model before recording
+        raise UnsupportedModelForVulkanError(
+            delta_width_problem(dk, rec.pipes.ctx.limits.max_invocations))
     rec._dispatch("delta_rule", {"WG": dk * lanes, "LANES": lanes}, (cfg.delta_v_heads, 1),
                   in_off=a.attn, out_off=a.q, norm_off=lw.delta_vec, layer=plane,
                   p_row0=a.aux, per_t=beta_alpha)
