@@ -108,15 +108,22 @@ CPU = Tuning(wg=32, rows=8, split=1, max_tokens=4, prefill_chunk=128, small_wg=3
 # model of the shipped shape, variants interleaved): a 2048-token prompt's device time 62.6 ms
 # in 64-token product tiles, 55.4 in 32 (the products 35.3 -> 28.2 ms), 54.3 with 8-query
 # attention tiles (attention 21.2 -> 19.9 ms); 16-token product tiles were slower than 64.
-# coopmat_wide 384: on larger shapes 64-token tiles won (2026-12-07 evening, H200,
-# scripts/device/shapes.sh, one run each, 2048-token prompts: 7,763 against 6,178 tok/s on the
-# 1.7B shape, 21,120 against 20,238 on Qwen2.5 0.5B's), so the products that still launch 384
-# workgroups with them (about three per SM of 132) take them: the 1.7B's and 8B's gate|up and
-# q|k|v, Qwen2.5's gate|up; every product of the shipped shape (at most 192) keeps 32.
+# coopmat_wide 64: a product that launches at least 64 workgroups in 64-token tiles (about
+# 1,024 output rows for a 256-token chunk) takes them. Each product's device time in a
+# 2048-token prompt, 32- against 64-token tiles (2026-12-07 night, H100, scripts/device/
+# tiles.sh, one run): 64 won on every product of 1,024 rows or more (the 1.7B shape's down
+# 56.8 -> 35.7 ms, its attention output 17.0 -> 11.9; Qwen2.5's q|k|v of 1,152 rows 9.1 ->
+# 7.8; Gemma 3 270M's gate|up 9.6 -> 7.8 and q|k|v 4.9 -> 4.1) and lost on every one of 640
+# or 896 rows (Qwen2.5's down 17.3 -> 21.6, Gemma's 5.7 -> 7.3). The evening's rule (384
+# workgroups) kept the 1.7B's down and attention output at 32. Whole 2048-token prompts in
+# the next call, this rule / 384 / every product at 32: the 1.7B 7,987 / 7,330 / 6,306 tok/s,
+# Qwen2.5 22,837 / 22,365 / 20,888, Gemma 31,993 / 30,932 / 30,795; the shipped shape, whose
+# gate|up (3,072 rows of 576) now takes 64, 39,180 / 39,886 / 39,491 (its gate|up 11.2 ms
+# against 10.8-11.0: the one product of 1,024 rows or more seen to prefer 32, by 3%).
 GPU = Tuning(wg=128, rows=2, split=32, max_tokens=4, prefill_chunk=256, small_wg=128,
              split_slots=64, max_splits=64, fold_loads=8, split_subgroups=4, value_loads=8,
              pv_tile=True, mass_split=16, tiled_from=16, coopmat=True, coopmat_tokens=32,
-             coopmat_wide=384, prefill_queries=8, prefill_splits=16, prefill_run_tiles=8,
+             coopmat_wide=64, prefill_queries=8, prefill_splits=16, prefill_run_tiles=8,
              logits_rows=4)
 
 
