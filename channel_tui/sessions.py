@@ -13,7 +13,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.paths import SNAPSHOT_SUFFIX, STREAM_SUFFIX, SessionFiles, tree_bytes
+from engine.paths import SessionFiles, tree_bytes
+from engine.session.search import session_names
 
 from .settings import load_settings, read_json_file, summary
 
@@ -33,13 +34,7 @@ class SessionInfo:
 
 def list_sessions(data_dir: Path) -> list[SessionInfo]:
     """Every session in `data_dir`, most recently active first (unreadable dir: none)."""
-    try:
-        names = sorted(os.listdir(data_dir))
-    except OSError:
-        return []
-    sessions = {n[: -len(STREAM_SUFFIX)] for n in names if n.endswith(STREAM_SUFFIX)}
-    sessions |= {n[: -len(SNAPSHOT_SUFFIX)] for n in names if n.endswith(SNAPSHOT_SUFFIX)}
-    infos = [_info(data_dir, name) for name in sessions]
+    infos = [_info(data_dir, name) for name in session_names(data_dir)]
     return sorted(infos, key=lambda s: (-s.last_active, s.name))
 
 

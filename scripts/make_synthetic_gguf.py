@@ -120,6 +120,8 @@ PRESETS: dict[str, Geometry] = {
     # SmolLM2-1.7B's shape (its vocabulary is the same 49152-token one).
     "1.7b": Geometry(24, 2048, 32, 32, 8192, 8192, 130000.0, 1e-5, "Q4_0"),
     "tiny": Geometry(2, 64, 4, 2, 128, 2048, 10000.0, 1e-5, "Q4_0"),
+    # The shipped model's shape (SmolLM2-135M), for device runs where weights do not travel.
+    "smollm2-135m": Geometry(30, 576, 9, 3, 1536, 8192, 100000.0, 1e-5, "Q4_0"),
     # Llama-3-8B's trunk (issue 34's 8B class: its 4.1 GB of Q4_0 passed one texel view on an
     # H200), with the shipped 49152-token vocabulary; --untied adds a separate output matrix.
     "8b": Geometry(32, 4096, 32, 8, 14336, 8192, 500000.0, 1e-5, "Q4_0"),
