@@ -5,7 +5,8 @@
 // split.glsl 21-24 and 28 with bindings 18-19, mass.comp 25 and 27 with binding 20,
 // attention_split.comp 29 and 32, argmax.glsl 30-31, shortconv.comp 37 and 42-43 with binding
 // 21, window_attention.comp and window_store.comp bindings 22-23 (WINDOW, 38, is declared
-// here), delta_rule.comp 44-46 with binding 24.
+// here), delta_rule.comp 44-46 with binding 24, matmul.comp 56; W_SSBO, 57, and its
+// bindings 25-26 are declared here.
 
 #extension GL_EXT_control_flow_attributes : require
 
@@ -135,6 +136,16 @@ layout(binding = 15) uniform samplerBuffer ACTT;     // the act buffer, as RGBA3
 layout(binding = 16) uniform samplerBuffer VECT;     // the vec buffer, as RGBA32F texels
 layout(std430, binding = 17) buffer Out { uint outw[]; };  // [4] argmax index, its logit bits
 
+// The same weight chunks as WQ and WS, as storage buffers (matmul.comp's decode products on
+// GPUs, W_SSBO 1: through the load/store path rather than the texture units). Bound clipped
+// to maxStorageBufferRange; the host sets W_SSBO only where every chunk fits it.
+layout(constant_id = 57) const uint W_SSBO = 0;
+layout(std430, binding = 25) readonly buffer WQS { uvec4 wq_words[]; };
+layout(std430, binding = 26) readonly buffer WSS { uint ws_words[]; };
+
+uvec4 payload_texel(uint i) { return W_SSBO != 0 ? wq_words[i] : texelFetch(WQ, int(i)); }
+uint scale_word(uint i) { return W_SSBO != 0 ? ws_words[i] : texelFetch(WS, int(i)).x; }
+
 layout(push_constant) uniform Push {
     uint w_texel;   // matmul, embed: first WQ texel of the matrix
     uint w_block;   // matmul, embed: first WS word of the matrix
@@ -158,7 +169,7 @@ uint block_texel(uint blk) {
 // (bit i for element i), K6/K6X two (elements 0-15, then 16-31, 2 bits each).
 uvec2 high_words(uint blk) {
     uint j = blk % 8, first = pc.w_texel + (blk / 8) * TPG + 8;
-    uvec4 t = texelFetch(WQ, int(first + (QTYPE == QT_K5 ? j / 4 : j / 2)));
+    uvec4 t = payload_texel(first + (QTYPE == QT_K5 ? j / 4 : j / 2));
     if (QTYPE == QT_K5) return uvec2(t[j % 4], 0u);
     return j % 2 == 0 ? t.xy : t.zw;
 }
@@ -166,11 +177,11 @@ uvec2 high_words(uint blk) {
 // The scale words of the matrix's block blk (pc.w_block its first word): (its word, 0), or
 // K4-K6X's (half2(d, dmin), the int8s s0, s1, o in bytes 0-2).
 uvec2 scale_words(uint blk) {
-    if (SBW == 0) return uvec2(texelFetch(WS, int(pc.w_block + blk)).x, 0u);
+    if (SBW == 0) return uvec2(scale_word(pc.w_block + blk), 0u);
     uint base = pc.w_block + (blk / 8) * SBW, j = blk % 8;
-    uint head = texelFetch(WS, int(base)).x;
-    if (QTYPE == QT_K6X) return uvec2(head, texelFetch(WS, int(base + 1 + j)).x);
-    uint pair = (texelFetch(WS, int(base + 1 + j / 2)).x >> (16 * (j % 2))) & 0xFFFFu;
+    uint head = scale_word(base);
+    if (QTYPE == QT_K6X) return uvec2(head, scale_word(base + 1 + j));
+    uint pair = (scale_word(base + 1 + j / 2) >> (16 * (j % 2))) & 0xFFFFu;
     if (QTYPE == QT_K6) return uvec2(head, pair);  // (s0, s1, 0)
     return uvec2(head, (pair & 0xFFu) * 0x101u | ((pair >> 8) << 16));  // (s, s, o)
 }
@@ -206,13 +217,13 @@ void plain_scales(uint word, out float d, out float m) {
 void load_block(uint blk, out vec4 w[8], out float d, out float m) {
     uint first = block_texel(blk);
     if (QTYPE == QT_F32) {
-        [[unroll]] for (uint i = 0; i < 8; i++) w[i] = uintBitsToFloat(texelFetch(WQ, int(first + i)));
+        [[unroll]] for (uint i = 0; i < 8; i++) w[i] = uintBitsToFloat(payload_texel(first + i));
         d = 1.0;
         m = 0.0;
         return;
     } else if (QTYPE == QT_F16) {
         [[unroll]] for (uint i = 0; i < 4; i++) {
-            uvec4 h = texelFetch(WQ, int(first + i));
+            uvec4 h = payload_texel(first + i);
             w[2 * i] = vec4(unpackHalf2x16(h.x), unpackHalf2x16(h.y));
             w[2 * i + 1] = vec4(unpackHalf2x16(h.z), unpackHalf2x16(h.w));
         }
@@ -221,13 +232,13 @@ void load_block(uint blk, out vec4 w[8], out float d, out float m) {
         return;
     } else if (INT8_CODES) {
         [[unroll]] for (uint i = 0; i < 2; i++) {
-            uvec4 q = texelFetch(WQ, int(first + i));
+            uvec4 q = payload_texel(first + i);
             [[unroll]] for (uint c = 0; c < 4; c++) {
                 w[4 * i + c] = vec4(ivec4(uvec4(q[c]) << uvec4(24, 16, 8, 0)) >> 24);  // int8s
             }
         }
     } else {  // Q4_0, Q4_1, K4-K6X: byte j holds element j (low nibble) and j + 16 (high)
-        uvec4 q = texelFetch(WQ, int(first));
+        uvec4 q = payload_texel(first);
         [[unroll]] for (uint c = 0; c < 4; c++) {
             w[c] = vec4((uvec4(q[c]) >> uvec4(0, 8, 16, 24)) & 15u);
             w[c + 4] = vec4((uvec4(q[c]) >> uvec4(4, 12, 20, 28)) & 15u);

@@ -20,6 +20,16 @@
 
 layout(local_size_x_id = 0) in;
 
+// 1: the inputs and the norm weights are read as vec4s of storage-buffer views of act and vec
+// (bindings 3 and 2 again), through the load/store path rather than the texture units (GPU
+// tuning's `ssbo_inputs`); 0: as RGBA32F texels, which lavapipe loads as one vector each.
+layout(constant_id = 56) const uint INPUT_SSBO = 0;
+layout(std430, binding = 3) readonly buffer Act4 { vec4 act4[]; };
+layout(std430, binding = 2) readonly buffer Vec4 { vec4 vec4s[]; };
+
+vec4 input4(uint texel) { return INPUT_SSBO != 0 ? act4[texel] : texelFetch(ACTT, int(texel)); }
+vec4 norm4(uint texel) { return INPUT_SSBO != 0 ? vec4s[texel] : texelFetch(VECT, int(texel)); }
+
 const uint NB = K / 32;                        // blocks per weight row
 const uint BPL = (NB + SPLIT - 1) / SPLIT;     // blocks per invocation (the most)
 const uint GROUPS = WG / SPLIT;                // row groups per workgroup
@@ -43,14 +53,14 @@ float ss[T];      // sums of squares of the inputs this invocation read, per tok
 void add_block(uint b, uint row0, float valid) {
     vec4 nw[8];  // norm weights of this block
     if (NORM != 0) {
-        [[unroll]] for (uint j = 0; j < 8; j++) nw[j] = texelFetch(VECT, int(pc.norm_off / 4 + b * 8 + j));
+        [[unroll]] for (uint j = 0; j < 8; j++) nw[j] = norm4(pc.norm_off / 4 + b * 8 + j);
     }
     vec4 x[T * 8];
     float xs[T];  // block sums of the inputs, for the m offset
     [[unroll]] for (uint t = 0; t < T; t++) {
         vec4 s4 = vec4(0.0), q4 = vec4(0.0);
         [[unroll]] for (uint j = 0; j < 8; j++) {
-            vec4 v = texelFetch(ACTT, int(xrow[t] + b * 8 + j));
+            vec4 v = input4(xrow[t] + b * 8 + j);
             q4 += v * v;
             if (NORM != 0) v *= nw[j];
             x[t * 8 + j] = v;

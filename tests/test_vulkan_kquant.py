@@ -14,6 +14,8 @@ split into chunks by lowered binding limits.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import gguf
 import numpy as np
 import pytest
@@ -214,12 +216,16 @@ def test_every_step_matches_numpy(tmp_path_factory, vk_backend, name) -> None:
     np.testing.assert_allclose(b.v_cache[:, :n], a.v_cache[:, :n], atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("storage", [False, True], ids=["texels", "storage"])
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_gpu_shapes_tiled_prefill_then_decode(tmp_path_factory, backend_with, name) -> None:
+def test_gpu_shapes_tiled_prefill_then_decode(tmp_path_factory, backend_with, name,
+                                              storage) -> None:
     """GPU shapes: the tiled products over odd chunks (matmul_tiled on lavapipe, which has no
     cooperative matrices; matmul_coopmat where the device has them, reading blocks through
-    the same fetch_w8/decode_w8), then split-row decode."""
-    assert_tiled_prefill_then_decode(kquant_model(tmp_path_factory, name), backend_with(GPU))
+    the same fetch_w8/decode_w8), then split-row decode, its inputs and weight blocks read as
+    texels or as storage buffers (ssbo_inputs, ssbo_weights)."""
+    tuning = replace(GPU, ssbo_inputs=storage, ssbo_weights=storage)
+    assert_tiled_prefill_then_decode(kquant_model(tmp_path_factory, name), backend_with(tuning))
 
 
 def test_chunks_count_super_block_texels_and_words() -> None:

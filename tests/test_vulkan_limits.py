@@ -45,6 +45,9 @@ def lower_limits(monkeypatch, backend, texels: int, storage: int | None = None) 
 # GPU shapes' split-attention scratch would not fit that, so the CPU shapes take it).
 CASES = [
     pytest.param(GPU, QT.Q4_0, True, 520, None, id="gpu-q4_0-tied-texels"),
+    # The same chunks bound again as storage buffers (bindings 25-26) for the decode products.
+    pytest.param(replace(GPU, ssbo_inputs=True, ssbo_weights=True), QT.Q4_0, True, 520, None,
+                 id="gpu-storage-q4_0-tied-texels"),
     pytest.param(CPU, QT.F16, False, 2100, 12288, id="cpu-f16-untied-storage"),
 ]
 

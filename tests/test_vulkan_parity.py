@@ -95,16 +95,19 @@ def test_greedy_generation_matches_numpy(tiny_model, vk_backend) -> None:
     assert out[0] == out[1]
 
 
-@pytest.mark.parametrize("split", [2, 8, 32])
-def test_gpu_products_match_numpy(tmp_path_factory, backend_with, split) -> None:
+@pytest.mark.parametrize("split,storage", [(2, False), (8, False), (32, False),
+                                           (8, True), (32, True)])
+def test_gpu_products_match_numpy(tmp_path_factory, backend_with, split, storage) -> None:
     """matmul.comp under the GPU shapes: rows of 3 and 5 blocks, so that some lanes own two or
     three blocks and some none (2 and 8 lanes a row group), summed by shuffles where a row group
-    fits lavapipe's 8-lane subgroups and through shared memory where not (32, the default)."""
+    fits lavapipe's 8-lane subgroups and through shared memory where not (32, the default);
+    inputs, norm weights and weight blocks read as texels and as storage buffers."""
     from engine.backends.vulkan.tuning import GPU
 
     model = tiny(tmp_path_factory, QT.Q4_1, d_model=96, n_heads=3, n_kv_heads=1, ffn_dim=160)
     want, _ = run_steps(model, None, TOKENS)
-    got, _ = run_steps(model, backend_with(replace(GPU, split=split)), TOKENS)
+    got, _ = run_steps(model, backend_with(replace(GPU, split=split, ssbo_inputs=storage,
+                                                       ssbo_weights=storage)), TOKENS)
     np.testing.assert_allclose(got, want, atol=ATOL, rtol=0)
 
 

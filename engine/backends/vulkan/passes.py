@@ -47,6 +47,11 @@ class PassRecorder:
     def __init__(self, pipes: Pipelines, weights: DeviceWeights, res: ConversationResources,
                  cfg: ModelConfig, policy: RingPolicy, tuning: Tuning):
         self.pipes, self.w, self.res, self.cfg, self.t = pipes, weights, res, cfg, tuning
+        # The decode products may read the weights as storage buffers (W_SSBO) where every
+        # chunk, sized for the texel limit, also fits one storage binding.
+        limit = pipes.ctx.limits.max_storage_range
+        self.weights_as_storage = tuning.ssbo_weights and all(
+            b.size <= limit for b in (*weights.wq, *weights.ws))
         self.v = pipes.ctx.vk
         slots = policy.max_slots
         # Decode's tail and a prefill pass's last mass dispatch fold the mass into the ring's
@@ -186,7 +191,8 @@ class PassRecorder:
         r = t.logits_r if mode == MODE_LOGITS else t.rows
         spec = {"WG": t.wg, "R": r, "T": tokens, "SPLIT": t.split, "QTYPE": m.qtype,
                 "MODE": mode, "NORM": int(norm is not None), "K": m.cols, "M": rows,
-                **(extra or {})}
+                "INPUT_SSBO": int(t.ssbo_inputs),
+                "W_SSBO": int(self.weights_as_storage), **(extra or {})}
         groups = (ceil_div(rows, r * (t.wg // t.split)),
                   1 if mode == MODE_LOGITS else ceil_div(shape.bucket, tokens))
         self._dispatch("matmul", spec, groups, chunk=m.chunk, kv_layer=layer, w_texel=m.texel,

@@ -37,6 +37,7 @@ SPEC_IDS = {
     # Gemma 3's (common.glsl): window rows, GeGLU, the embedding and query scales.
     "WINDOW": 38, "GEGLU": 39, "EMBED_SCALE": 40, "Q_SCALE": 41,
     "WINDOW_SUBGROUPS": 53, "WINDOW_SPLITS": 54,  # window_attention.comp
+    "INPUT_SSBO": 56, "W_SSBO": 57,  # matmul.comp; W_SSBO declared in common.glsl
 }
 FLOAT_SPECS = frozenset({"EPS", "SCORE_SCALE", "EMBED_SCALE", "Q_SCALE"})
 PUSH_WORDS = 10  # uint fields of common.glsl's Push block
@@ -50,7 +51,8 @@ BINDINGS = {0: TEXEL, 1: TEXEL, 2: STORAGE, 3: STORAGE, 4: STORAGE, 5: TEXEL, 6:
             20: STORAGE,  # mass.comp: the arena's slot_salience
             21: STORAGE,  # shortconv.comp: the arena's conv_state or delta_conv
             22: STORAGE, 23: STORAGE,  # window_attention.comp: kw_cache, vw_cache
-            24: STORAGE}  # delta_rule.comp: the arena's delta_state
+            24: STORAGE,  # delta_rule.comp: the arena's delta_state
+            25: STORAGE, 26: STORAGE}  # common.glsl: WQ and WS as storage (W_SSBO)
 SHADERS = ("matmul", "embed", "attention", "mass", "rmsnorm", "rope_rebase", "argmax",
            "attention_split", "matmul_tiled", "matmul_coopmat", "attention_prefill", "qk_norm",
            "shortconv", "delta_rule", "sigmoid_gate", "window_attention", "window_store")

@@ -53,6 +53,10 @@ class Tuning:
     # that mean to run the strided form over longer parts turn it off.
     fit_heads: bool = True
     argmax_groups: int = 1  # workgroups of the device argmax (shaders/argmax.glsl)
+    # matmul.comp reads its inputs and norm weights through storage-buffer vec4s (the
+    # load/store path) rather than as texels (the texture units; one vector load on lavapipe).
+    ssbo_inputs: bool = False
+    ssbo_weights: bool = False  # and its weights' blocks and scale words likewise
 
     def __post_init__(self) -> None:
         # attention_prefill.comp: its 128 invocations own whole columns of [queries, 32] scores.
