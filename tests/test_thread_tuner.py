@@ -60,3 +60,15 @@ def test_a_choice_of_fewer_threads_is_rechecked_and_batches_do_not_keep_it(monke
     assert tuner.batch_count() == 2
     used = drive(tuner, QUIET, 2 * PROBE_STEPS)  # the next decode steps compare again
     assert 2 in used and tuner.current == 2
+
+
+def test_a_longer_context_sets_off_one_comparison_not_one_after_another() -> None:
+    """Steps that slow down for their own reasons (the ring went from 1 to 2,048 slots) are
+    compared once; the stale median of the short steps must not set off more comparisons,
+    each spending PROBE_STEPS steps on one thread."""
+    tuner = ThreadTuner(2)
+    drive(tuner, QUIET, RECENT + 5)
+    longer = {2: 0.025, 1: 0.045}  # all cores still the faster
+    used = drive(tuner, longer, 3 * RECENT)
+    assert tuner.current == 2
+    assert used.count(1) == PROBE_STEPS

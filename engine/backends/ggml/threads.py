@@ -80,9 +80,13 @@ class ThreadTuner:
         medians = {n: statistics.median(t) for n, t in self._probe_times.items()}
         best = min(medians, key=medians.get)
         self._decided_at = time.monotonic()
-        if best != self.current:
-            self.current = best
-            self._recent.clear()
+        self.current = best
+        # The recent steps no longer say what a step costs: either the count changed, or it
+        # stood and the slowdown that set off the comparison was the step's own (a longer
+        # context, another conversation's): against the old median, every later step would
+        # set off another comparison, each running steps at the slower count (eight in 96
+        # steps when a bench went from 1 to 2,048 slots).
+        self._recent.clear()
 
     def describe(self) -> dict:
         recent = statistics.median(self._recent) if self._recent else None
