@@ -1,9 +1,10 @@
 #version 450
 // y = W x for T tokens at once (T = 1 is decode's matrix-vector product), reading W's GGUF
-// blocks straight from texel buffers. A row group of R rows is shared by SPLIT invocations that
-// stride over its blocks (SPLIT = 1 on CPUs, where invocations are SIMD lanes; more on GPUs).
-// Inputs are read as RGBA32F texels: on lavapipe a shared-memory load costs a scalar load per
-// lane, a texel fetch one vector load. Optional RMSNorm of the inputs; epilogue by MODE.
+// blocks straight from texel buffers (or the same chunks as storage buffers, W_SSBO). A row group
+// of R rows is shared by SPLIT invocations that stride over its blocks (SPLIT = 1 on CPUs, where
+// invocations are SIMD lanes; more on GPUs). Inputs are read as RGBA32F texels (or vec4s of
+// storage, INPUT_SSBO): on lavapipe a shared-memory load costs a scalar load per lane, a texel
+// fetch one vector load. Optional RMSNorm of the inputs; epilogue by MODE.
 //
 // MODE_POSTNORM (decode, Gemma's post-norms): the product's rows go to splits[SP_POST ..]
 // and the last workgroup to finish adds their RMSNorm, times the VEC weights at pc.norm_off,
