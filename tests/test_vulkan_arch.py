@@ -194,6 +194,7 @@ def test_delta_rule_heads_the_shader_cannot_split_are_refused_by_name(tmp_path_f
     from dataclasses import replace
 
     from engine.backends.base import model_problem
+    from engine.backends.vulkan.loader import UnsupportedModelForVulkanError
     from engine.backends.vulkan.recurrent import delta_lanes, delta_width_problem
 
     assert delta_lanes(128, 1024) == 4  # Qwen3.5's heads: a quarter row an invocation
@@ -204,3 +205,6 @@ def test_delta_rule_heads_the_shader_cannot_split_are_refused_by_name(tmp_path_f
     assert model_problem(vk_backend, model.config) is None
     odd = replace(model.config, delta_head_dim=130)
     assert "not 130" in model_problem(vk_backend, odd)
+    # Asked for by name, the refusal names the backend to use instead (before any upload).
+    with pytest.raises(UnsupportedModelForVulkanError, match="not 130; use --backend ggml"):
+        vk_backend.make_forward(replace(model, config=odd), None)

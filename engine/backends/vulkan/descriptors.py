@@ -66,7 +66,7 @@ class DescriptorSets:
             buf = (self.w.wq if binding == 0 else self.w.ws)[chunk]
             fmt, size = (RGBA32_UINT, 16) if binding == 0 else (R32_UINT, 4)
             return (buf, 0, buf.size), fmt, size
-        if binding in (25, 26):  # the same chunk as storage, clipped (PassRecorder.weights_as_storage)
+        if binding in (25, 26):  # the same chunk as storage, clipped: weights_as_storage
             buf = (self.w.wq if binding == 25 else self.w.ws)[chunk]
             return buf, 0, min(buf.size, self.ctx.limits.max_storage_range)
         if binding in (4, 5, 6, 7):
